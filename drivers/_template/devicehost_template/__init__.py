@@ -1,0 +1,1 @@
+"""A minimal devicehost driver: copy this package to start your own."""

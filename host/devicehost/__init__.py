@@ -1,0 +1,42 @@
+"""devicehost: one Kubernetes device-plugin host for every accelerator and NIC vendor.
+
+What a driver needs is here: ``hookimpl`` to mark hook functions, the model it returns
+(``ResourceSpec``, ``Device``, ``Health``, ``Allocation``, ``Mount``, ``DeviceNode``) and the
+exceptions it raises (``DriverUnavailable``, ``UnknownDevice``). Everything else is the
+host's business. The testing kit is ``devicehost.testing``.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from devicehost.errors import (
+    ConfigError,
+    DevicehostError,
+    DriverError,
+    DriverTimeout,
+    DriverUnavailable,
+    UnknownDevice,
+)
+from devicehost.hookspecs import hookimpl
+from devicehost.model import Allocation, Device, DeviceNode, Health, Mount, ResourceSpec
+
+try:
+    __version__ = version("devicehost")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
+
+__all__ = [
+    "Allocation",
+    "ConfigError",
+    "Device",
+    "DeviceNode",
+    "DevicehostError",
+    "DriverError",
+    "DriverTimeout",
+    "DriverUnavailable",
+    "Health",
+    "Mount",
+    "ResourceSpec",
+    "UnknownDevice",
+    "__version__",
+    "hookimpl",
+]

@@ -1,0 +1,61 @@
+"""The host's default GetPreferredAllocation: must-include first, then fewest NUMA nodes.
+
+Drivers with better topology knowledge (NVLink, HCCS, PCIe switches) implement
+``devicehost_preferred_allocation``; every other driver gets this.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from devicehost.model import Device
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(device_id: str) -> tuple[object, ...]:
+    """Sort key that puts ``gpu-2`` before ``gpu-10``."""
+    return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(device_id))
+
+
+def _numa_of(device: Device | None) -> int:
+    return device.numa_nodes[0] if device and device.numa_nodes else -1
+
+
+def preferred_allocation(
+    devices: Mapping[str, Device], available: Sequence[str], must_include: Sequence[str],
+    size: int,
+) -> list[str]:
+    """Choose ``size`` IDs: all of ``must_include``, then pack onto the fewest NUMA nodes.
+
+    The caller has checked that the request is possible. Within that, the NUMA nodes of the
+    must-include devices are filled first; then the smallest node that can take the rest
+    whole (keeping larger nodes free for larger requests); else the largest nodes first.
+    """
+    chosen = list(dict.fromkeys(must_include))
+    need = size - len(chosen)
+    if need <= 0:
+        return chosen[:size]
+    taken = set(chosen)
+    groups: dict[int, list[str]] = {}
+    for device_id in sorted(set(available) - taken, key=natural_key):
+        groups.setdefault(_numa_of(devices.get(device_id)), []).append(device_id)
+    order: list[int] = []
+    for node in dict.fromkeys(_numa_of(devices.get(i)) for i in chosen):
+        if node in groups:
+            order.append(node)
+    rest = [n for n in groups if n not in order]
+    order_need = need - sum(len(groups[n]) for n in order)
+    if order_need > 0:
+        fitting = sorted((n for n in rest if len(groups[n]) >= order_need),
+                         key=lambda n: (len(groups[n]), n))
+        if fitting:
+            order.append(fitting[0])
+        else:
+            order.extend(sorted(rest, key=lambda n: (-len(groups[n]), n)))
+    for node in order:
+        chosen.extend(groups[node][: size - len(chosen)])
+        if len(chosen) >= size:
+            break
+    return chosen

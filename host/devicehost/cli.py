@@ -1,0 +1,188 @@
+"""The ``devicehost`` command: a thin layer over config, lifecycle and the demo."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from devicehost import __version__
+from devicehost.config import SETTINGS, HostConfig, load_config
+from devicehost.errors import ConfigError
+from devicehost.lifecycle import Host, serve
+from devicehost.logs import setup_logging
+
+log = logging.getLogger("devicehost")
+
+DESCRIPTION = """\
+One Kubernetes device-plugin host for every accelerator and NIC vendor. Drivers are
+Python packages found through the 'devicehost.drivers' entry point; each resource they
+report is served to the kubelet on its own socket (Device Plugin API v1beta1).
+Settings come from flags, then DEVICEHOST_* env vars, then the --config file."""
+
+EPILOG = """\
+examples:
+  devicehost demo                         a simulated node and kubelet, in a few seconds
+  devicehost run --root /host             the DaemonSet's command
+  devicehost run --simulate               serve simulated hardware to a real kubelet
+  devicehost drivers                      which drivers are installed and why any is off
+  devicehost devices --json               what the drivers see on this node now
+  devicehost config --config host.yaml    check a config file; print the effective config
+"""
+
+# Flags for the settings an operator sets on the command line; the rest are file/env only.
+_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "plugin_dir": ("--plugin-dir", {"metavar": "DIR"}),
+    "root": ("--root", {"metavar": "DIR"}),
+    "pod_resources_socket": ("--pod-resources-socket", {"metavar": "PATH"}),
+    "node_name": ("--node-name", {"metavar": "NAME"}),
+    "enabled_drivers": ("--drivers", {"metavar": "A,B"}),
+    "disabled_drivers": ("--disable-drivers", {"metavar": "A,B"}),
+    "scan_interval": ("--scan-interval", {"metavar": "SECONDS"}),
+    "hook_timeout": ("--hook-timeout", {"metavar": "SECONDS"}),
+    "simulate": ("--simulate", {"action": "store_const", "const": True}),
+    "log_format": ("--log-format", {"choices": ["text", "json"]}),
+    "log_level": ("--log-level", {"choices": ["debug", "info", "warning", "error"]}),
+    "metrics_address": ("--metrics-address", {"metavar": "HOST:PORT"}),
+    "otlp_endpoint": ("--otlp-endpoint", {"metavar": "URL"}),
+}
+
+
+def _config_flags() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("configuration (flags > DEVICEHOST_* env > file)")
+    group.add_argument("--config", type=Path, metavar="FILE",
+                       help="HostConfig YAML file (env DEVICEHOST_CONFIG)")
+    helps = {s.attr: (s.help, s.env) for s in SETTINGS}
+    for attr, (flag, extra) in _FLAGS.items():
+        text, env = helps[attr]
+        group.add_argument(flag, dest=attr, default=None,
+                           help=f"{text} (env {env})" if env else text, **extra)
+    return parent
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="devicehost", description=DESCRIPTION, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"devicehost {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    flags = _config_flags()
+    commands.add_parser("run", parents=[flags], help="serve every driver's resources to the "
+                        "kubelet until SIGTERM (the daemon)")
+    drivers = commands.add_parser("drivers", parents=[flags], help="list installed drivers: "
+                                  "distribution, version, status, reason, notes")
+    drivers.add_argument("--json", action="store_true", help="print JSON")
+    devices = commands.add_parser("devices", parents=[flags], help="enumerate once and print "
+                                  "each resource's devices, health and NUMA nodes")
+    devices.add_argument("--json", action="store_true", help="print JSON")
+    commands.add_parser("config", parents=[flags], help="validate the configuration and print "
+                        "the effective HostConfig")
+    demo = commands.add_parser("demo", parents=[flags], help="run a simulated node against a "
+                               "built-in kubelet stand-in and narrate what happens")
+    demo.add_argument("--keep-running", action="store_true",
+                      help="keep serving after the tour (Ctrl-C to stop)")
+    return parser
+
+
+def _load(args: argparse.Namespace) -> HostConfig:
+    flags = {attr: getattr(args, attr) for attr in _FLAGS}
+    return load_config(args.config, flags=flags)
+
+
+async def _drivers(config: HostConfig, as_json: bool) -> int:
+    host = Host(config)
+    try:
+        await host.prepare(scan=False)
+    finally:
+        await host.stop()
+    assert host.plugins is not None
+    rows = [{"name": i.name, "kind": i.kind, "distribution": i.distribution,
+             "version": i.version, "status": str(i.status), "reason": i.reason,
+             "notes": i.notes,
+             "resources": [r for r, res in host.resources.items() if res.driver.info is i]}
+            for i in host.plugins.infos]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no drivers installed (entry-point group devicehost.drivers is empty)")
+    for row in rows:
+        print(f"{row['name']:<12} {row['status']:<12} {row['distribution']} {row['version']}"
+              f"{' (' + row['kind'] + ')' if row['kind'] != 'driver' else ''}")
+        for line in ([f"reason: {row['reason']}"] if row["reason"] else []) + [
+                f"note: {n}" for n in row["notes"]]:
+            print(f"{'':<12} {line}")
+        if row["resources"]:
+            print(f"{'':<12} resources: {', '.join(row['resources'])}")
+    return 0
+
+
+async def _devices(config: HostConfig, as_json: bool) -> int:
+    host = Host(config)
+    try:
+        await host.prepare()
+    finally:
+        await host.stop()
+    assert host.plugins is not None
+    result = {
+        name: {"driver": res.driver.name,
+               "devices": [{"id": d.id, "health": str(d.health), "numa": list(d.numa_nodes)}
+                           for d in res.state.devices.values()]}
+        for name, res in host.resources.items()
+    }
+    notes = {i.name: i.notes for i in host.plugins.infos if i.notes}
+    if as_json:
+        print(json.dumps({"resources": result, "notes": notes}, indent=2))
+        return 0
+    if not result:
+        print("no resources on this node")
+    for name, entry in result.items():
+        print(f"{name} (driver {entry['driver']}): {len(entry['devices'])} devices")
+        for d in entry["devices"]:
+            numa = ",".join(map(str, d["numa"])) or "-"
+            print(f"  {d['id']:<40} {d['health']:<10} numa {numa}")
+    for driver, lines in notes.items():
+        for note in lines:
+            print(f"note ({driver}): {note}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = _load(args)
+    except ConfigError as exc:
+        print(f"devicehost: config error: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(config.log_format, config.log_level)
+    try:
+        if args.command == "config":
+            print(yaml.safe_dump(config.to_document(), sort_keys=False), end="")
+            return 0
+        if args.command == "drivers":
+            return asyncio.run(_drivers(config, args.json))
+        if args.command == "devices":
+            return asyncio.run(_devices(config, args.json))
+        if args.command == "demo":
+            from devicehost.demo import run_demo
+            return run_demo(config, keep_running=args.keep_running)
+        asyncio.run(serve(config))
+        return 0
+    except ConfigError as exc:
+        print(f"devicehost: config error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

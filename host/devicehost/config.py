@@ -1,0 +1,283 @@
+"""The HostConfig: YAML file, ``DEVICEHOST_*`` env, flags — flags > env > file > defaults.
+
+Every setting is declared once in ``SETTINGS`` (key path, env var, parser, help), and the
+file loader, env loader, CLI flags and docs all read that table. Unknown keys and bad
+values stop start-up with a ``ConfigError`` naming the source, the key path and what was
+expected. The ``drivers`` section is passed through, one mapping per driver, to each
+driver's ``devicehost_configure``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from devicehost.errors import ConfigError
+
+API_VERSION = "devicehost/v1"
+KIND = "HostConfig"
+
+
+def _positive_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("expected a positive number of seconds")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected a positive number of seconds, got {value!r}") from None
+    if not number > 0:
+        raise ValueError(f"expected a positive number of seconds, got {value!r}")
+    return number
+
+
+def _path(value: Any) -> Path:
+    if not isinstance(value, str | Path) or not str(value):
+        raise ValueError(f"expected a path, got {value!r}")
+    return Path(value)
+
+
+def _optional_path(value: Any) -> Path | None:
+    return None if value in (None, "") else _path(value)
+
+
+def _name_list(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"expected a list of driver names, got {value!r}")
+    return tuple(value)
+
+
+def _optional_name_list(value: Any) -> tuple[str, ...] | None:
+    return None if value is None else _name_list(value)
+
+
+def _choice(*choices: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        text = str(value).lower()
+        if text not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
+        return text
+    return parse
+
+
+def _boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def _address(value: Any) -> str:
+    text = _text(value)
+    if text and text.rpartition(":")[2].isdigit() is False:
+        raise ValueError(f"expected host:port (or empty to disable), got {value!r}")
+    return text
+
+
+def _driver_sections(value: Any) -> dict[str, dict[str, Any]]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError("expected a mapping of driver name to its settings")
+    for name, section in value.items():
+        if section is not None and not isinstance(section, dict):
+            raise ValueError(f"expected a mapping for driver {name!r}, got {section!r}")
+    return {str(k): dict(v or {}) for k, v in value.items()}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One configurable value: its key path in the file, env var, parser and help text."""
+
+    key: str
+    attr: str
+    parse: Callable[[Any], Any]
+    env: str | None
+    help: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostConfig:
+    """The effective configuration of one devicehost process."""
+
+    plugin_dir: Path = Path("/var/lib/kubelet/device-plugins")
+    root: Path = Path("/")
+    pod_resources_socket: Path | None = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    node_name: str = ""
+    enabled_drivers: tuple[str, ...] | None = None
+    disabled_drivers: tuple[str, ...] = ()
+    scan_interval: float = 10.0
+    hook_timeout: float = 10.0
+    initial_backoff: float = 0.1
+    max_backoff: float = 10.0
+    rejected_backoff: float = 60.0
+    simulate: bool = False
+    log_format: str = "text"
+    log_level: str = "info"
+    metrics_address: str = "127.0.0.1:9400"
+    otlp_endpoint: str = ""
+    drivers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def kubelet_socket(self) -> Path:
+        return self.plugin_dir / "kubelet.sock"
+
+    def driver_section(self, name: str) -> Mapping[str, Any]:
+        return self.drivers.get(name, {})
+
+    def to_document(self) -> dict[str, Any]:
+        """The config as a HostConfig YAML document (what ``devicehost config`` prints)."""
+        doc: dict[str, Any] = {"apiVersion": API_VERSION, "kind": KIND}
+        for setting in SETTINGS:
+            value = getattr(self, setting.attr)
+            if isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, Mapping):
+                value = {k: dict(v) for k, v in value.items()}
+            node = doc
+            *parents, leaf = setting.key.split(".")
+            for parent in parents:
+                node = node.setdefault(parent, {})
+            node[leaf] = value
+        return doc
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("pluginDir", "plugin_dir", _path, "DEVICEHOST_PLUGIN_DIR",
+            "the kubelet's device-plugin directory (kubelet.sock and our sockets)"),
+    Setting("root", "root", _path, "DEVICEHOST_ROOT",
+            "the host's / as mounted in this process, for sysfs and /dev discovery"),
+    Setting("podResourcesSocket", "pod_resources_socket", _optional_path,
+            "DEVICEHOST_POD_RESOURCES_SOCKET",
+            "the kubelet's PodResources socket, for pod identity on spans (empty: off)"),
+    Setting("nodeName", "node_name", _text, "DEVICEHOST_NODE_NAME",
+            "this node's name, for k8s.node.name on spans"),
+    Setting("enabledDrivers", "enabled_drivers", _optional_name_list, "DEVICEHOST_DRIVERS",
+            "serve only these drivers (comma-separated in env; default: every installed)"),
+    Setting("disabledDrivers", "disabled_drivers", _name_list, "DEVICEHOST_DISABLE_DRIVERS",
+            "never load these drivers (comma-separated in env)"),
+    Setting("scanIntervalSeconds", "scan_interval", _positive_float,
+            "DEVICEHOST_SCAN_INTERVAL", "seconds between full re-enumerations"),
+    Setting("hookTimeoutSeconds", "hook_timeout", _positive_float, "DEVICEHOST_HOOK_TIMEOUT",
+            "seconds a driver hook may run before the host answers without it"),
+    Setting("registration.initialBackoffSeconds", "initial_backoff", _positive_float, None,
+            "first registration retry delay"),
+    Setting("registration.maxBackoffSeconds", "max_backoff", _positive_float, None,
+            "longest registration retry delay while the kubelet is unreachable"),
+    Setting("registration.rejectedBackoffSeconds", "rejected_backoff", _positive_float, None,
+            "retry delay after the kubelet rejected a registration"),
+    Setting("simulate", "simulate", _boolean, "DEVICEHOST_SIMULATE",
+            "serve every driver on its simulated hardware"),
+    Setting("log.format", "log_format", _choice("text", "json"), "DEVICEHOST_LOG_FORMAT",
+            "log format: text for humans, json for collectors"),
+    Setting("log.level", "log_level", _choice("debug", "info", "warning", "error"),
+            "DEVICEHOST_LOG_LEVEL", "log level"),
+    Setting("metrics.address", "metrics_address", _address, "DEVICEHOST_METRICS_ADDRESS",
+            "host:port for /metrics, /healthz and /readyz (empty: off)"),
+    Setting("tracing.otlpEndpoint", "otlp_endpoint", _text, "DEVICEHOST_OTLP_ENDPOINT",
+            "OTLP endpoint for traces (OTEL_EXPORTER_OTLP_ENDPOINT also works; empty: off)"),
+    Setting("drivers", "drivers", _driver_sections, None,
+            "per-driver settings, passed to each driver's configure hook"),
+)
+_BY_KEY = {s.key: s for s in SETTINGS}
+
+
+def _flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested sections into dotted keys, keeping ``drivers`` whole."""
+    flat: dict[str, Any] = {}
+    for key, value in doc.items():
+        path = f"{prefix}{key}"
+        if path not in _BY_KEY and isinstance(value, dict):
+            if not any(k.startswith(path + ".") for k in _BY_KEY):
+                flat[path] = value  # reported as unknown below
+            else:
+                flat.update(_flatten(value, path + "."))
+        else:
+            flat[path] = value
+    return flat
+
+
+def _from_file(path: Path) -> dict[str, Any]:
+    source = str(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(source, "", f"cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, "", f"not valid YAML: {exc}") from None
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise ConfigError(source, "", "expected a HostConfig mapping at the top level")
+    api_version = doc.pop("apiVersion", None)
+    kind = doc.pop("kind", None)
+    if api_version != API_VERSION:
+        raise ConfigError(source, "apiVersion", f"expected {API_VERSION!r}, got {api_version!r}")
+    if kind != KIND:
+        raise ConfigError(source, "kind", f"expected {KIND!r}, got {kind!r}")
+    values: dict[str, Any] = {}
+    for key, raw in _flatten(doc).items():
+        setting = _BY_KEY.get(key)
+        if setting is None:
+            raise ConfigError(source, key, f"unknown key; known keys: {', '.join(_BY_KEY)}")
+        values[setting.attr] = _parse(setting, raw, source)
+    return values
+
+
+def _parse(setting: Setting, raw: Any, source: str) -> Any:
+    try:
+        return setting.parse(raw)
+    except ValueError as exc:
+        raise ConfigError(source, setting.key, str(exc)) from None
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for setting in SETTINGS:
+        if setting.env and setting.env in env:
+            values[setting.attr] = _parse(setting, env[setting.env], f"env {setting.env}")
+    return values
+
+
+def load_config(
+    path: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+) -> HostConfig:
+    """Build the effective config. ``flags`` maps setting attributes to flag values
+    (``None`` meaning "not given"); a config path may also come from ``DEVICEHOST_CONFIG``.
+    """
+    env = os.environ if env is None else env
+    if path is None and env.get("DEVICEHOST_CONFIG"):
+        path = Path(env["DEVICEHOST_CONFIG"])
+    values = _from_file(path) if path else {}
+    values.update(_from_env(env))
+    by_attr = {s.attr: s for s in SETTINGS}
+    for attr, raw in (flags or {}).items():
+        if raw is not None:
+            setting = by_attr[attr]
+            values[attr] = _parse(setting, raw, f"flag --{attr.replace('_', '-')}")
+    if "otlp_endpoint" not in values and env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        values["otlp_endpoint"] = env["OTEL_EXPORTER_OTLP_ENDPOINT"]
+    if not values.get("node_name") and env.get("NODE_NAME"):
+        values["node_name"] = env["NODE_NAME"]
+    return dataclasses.replace(HostConfig(), **values)

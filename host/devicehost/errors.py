@@ -1,0 +1,70 @@
+"""The exceptions devicehost raises, and the ones drivers raise to talk to it.
+
+::
+
+    DevicehostError
+    ├── ConfigError            a config file, env var or flag is wrong; names the key path
+    ├── DriverUnavailable      raised by a driver: no hardware or vendor library on this node
+    ├── DriverError            a driver hook raised or returned something invalid
+    │   └── DriverTimeout      a driver hook ran past its timeout
+    └── UnknownDevice          a device ID the resource does not have
+"""
+
+from __future__ import annotations
+
+
+class DevicehostError(Exception):
+    """Base of every devicehost exception."""
+
+
+class ConfigError(DevicehostError):
+    """The configuration is invalid.
+
+    Raised at start-up, before anything is served. The message names the source (file,
+    env var or flag), the key path and what was expected; fix that value and start again.
+    """
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        self.source, self.key, self.problem = source, key, problem
+        where = f"{source}: {key}" if key else source
+        super().__init__(f"{where}: {problem}")
+
+
+class DriverUnavailable(DevicehostError):
+    """Raised by a driver (on import, ``configure`` or ``resources``) when this node lacks
+    its hardware or vendor library. The host lists the driver as *unavailable* with this
+    message as the reason and carries on with the others. Not an error: say why, plainly.
+    """
+
+
+class DriverError(DevicehostError):
+    """A driver hook raised, or returned a value the host cannot use.
+
+    The message names the driver and the hook. The host isolates the driver's resources
+    (its devices are reported Unhealthy) and keeps serving the others.
+    """
+
+    def __init__(self, driver: str, hook: str, message: str) -> None:
+        self.driver, self.hook = driver, hook
+        super().__init__(f"driver {driver!r}, hook {hook}: {message}")
+
+
+class DriverTimeout(DriverError):
+    """A driver hook did not return within its timeout (config ``hookTimeoutSeconds``).
+
+    The call keeps running in its own thread; the host answers without it. A driver that
+    hangs often needs its vendor library or hardware checked.
+    """
+
+
+class UnknownDevice(DevicehostError):
+    """A request named a device ID the resource does not advertise.
+
+    Raised by drivers too: ``devicehost_allocate`` given an ID it does not know must raise
+    this (or any exception) rather than invent an answer.
+    """
+
+    def __init__(self, resource: str, device_id: str) -> None:
+        self.resource, self.device_id = resource, device_id
+        super().__init__(f"unknown device ID {device_id!r} for resource {resource!r}")
+

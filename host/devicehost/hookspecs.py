@@ -1,0 +1,187 @@
+"""The hooks a driver implements: the whole contract between devicehost and a vendor.
+
+A driver is a module (or object) with functions marked ``@devicehost.hookimpl``, made
+known through an entry point in the group ``devicehost.drivers``. All hooks are
+synchronous and take keyword arguments; the host calls them in worker threads, off its
+event loop, with a timeout, so a driver may block on its vendor library. A driver
+implements only the hooks it needs and may accept only the parameters it uses.
+
+Lifecycle, in order: ``simulate`` (only under ``--simulate``/demo) → ``configure`` →
+``resources`` → per resource ``enumerate`` (on an interval and on ``notify``) and
+``watch`` (one thread each) → ``preferred_allocation`` / ``allocate`` / ``pre_start``
+(on kubelet requests) → ``shutdown``.
+
+Non-driver *policy plugins* (group ``devicehost.policies``) may wrap any hook with
+``@devicehost.hookimpl(wrapper=True)``; they see every driver's calls but never answer
+one themselves.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pluggy
+
+from devicehost.model import Allocation, Device, ResourceSpec
+
+PROJECT = "devicehost"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# -- start-up ----------------------------------------------------------------------------
+
+
+@hookspec
+def devicehost_simulate(root: Path) -> None:
+    """Build this driver's simulated hardware under ``root``.
+
+    Called once, before ``configure``, only by ``devicehost demo`` and
+    ``devicehost run --simulate``. Write the fake sysfs/dev tree the driver reads (the
+    testing kit's ``FakeRoot`` helps) and prepare the simulated vendor library, so the
+    rest of the driver runs the same code paths as on real hardware.
+
+    :param root: an empty-or-shared directory that stands in for the host's ``/``; the
+        same path is passed to ``configure`` as ``root``.
+    """
+
+
+@hookspec
+def devicehost_configure(config: Mapping[str, Any], root: Path, simulated: bool) -> None:
+    """Receive this driver's config section, once, before any other hook but ``simulate``.
+
+    :param config: the mapping under ``drivers.<name>`` in the HostConfig (empty when
+        absent). Raise ``ValueError`` naming the key for a bad value: the host reports it
+        as a config error at start-up.
+    :param root: the host's ``/`` as seen by this process (``/host`` in the DaemonSet);
+        read every sysfs and /dev path under it.
+    :param simulated: true under ``--simulate`` and ``demo``: use the simulated vendor
+        library shipped with the driver instead of the real one.
+
+    Raise ``devicehost.DriverUnavailable`` when this node has no such hardware or vendor
+    library; the driver is then listed as unavailable with your message.
+    """
+
+
+@hookspec
+def devicehost_resources() -> Sequence[ResourceSpec]:
+    """Return the resources this driver serves on this node.
+
+    Called once after ``configure``. An empty sequence means "nothing here" and is
+    normal on a heterogeneous fleet. Each resource gets its own socket and registration.
+    A resource name already claimed by another driver is refused.
+    """
+
+
+@hookspec
+def devicehost_notes() -> Sequence[str]:
+    """Return short notes about how this driver runs on this node, for operators.
+
+    Optional. Called after ``resources``. Each note is shown by ``devicehost drivers`` and
+    ``devicehost devices`` and logged at start: a fallback taken ("no DCMI library; chips
+    found from /dev"), a start-up check that failed ("RDMA namespace mode is exclusive:
+    shared pools are unusable"), a pool that matched nothing and why.
+    """
+
+
+# -- devices -----------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def devicehost_enumerate(resource: str) -> Sequence[Device]:
+    """Return the full current device list of ``resource``, health included.
+
+    Stops at the first non-None result. Called on the scan interval and at once after
+    ``notify()`` from ``watch``. Return the truth now: a device that recovered is
+    Healthy again, a device that vanished is absent. IDs must be unique, at most 63
+    characters, without ``/``; invalid devices are dropped with a log line naming you.
+    Raising marks the resource's devices Unhealthy until a later call succeeds.
+    """
+
+
+@hookspec
+def devicehost_watch(
+    resource: str, notify: Callable[[], None], stop: threading.Event
+) -> None:
+    """Block, waiting for vendor events about ``resource``; call ``notify()`` on each.
+
+    Optional. Runs in a dedicated thread for the life of the process. ``notify()`` is
+    cheap and thread-safe: the host re-enumerates at once, so health reaches the kubelet
+    in milliseconds rather than one scan interval. Return when ``stop`` is set (wait on
+    it with a short timeout between vendor calls). If the hook raises, it is restarted
+    after a back-off and the scan interval still applies.
+    """
+
+
+# -- kubelet requests --------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def devicehost_preferred_allocation(
+    resource: str, available: Sequence[str], must_include: Sequence[str], size: int
+) -> Sequence[str] | None:
+    """Choose ``size`` devices from ``available`` for one container, topology-aware.
+
+    Optional; stops at the first non-None result. Must contain every ID in
+    ``must_include``. Return None to fall back to the host's default (must-include
+    first, then the fewest NUMA nodes, then a stable order). The host has already
+    refused impossible requests, so ``size <= len(available)`` holds.
+    """
+
+
+@hookspec(firstresult=True)
+def devicehost_allocate(resource: str, device_ids: Sequence[str]) -> Allocation:
+    """Return what one container needs to use ``device_ids``.
+
+    Stops at the first non-None result. The host has already checked that every ID is
+    advertised and Healthy; still raise (ideally ``devicehost.UnknownDevice``) for an ID
+    you do not know. Policy plugins may wrap this hook to add to the answer.
+    """
+
+
+@hookspec
+def devicehost_pre_start(resource: str, device_ids: Sequence[str]) -> None:
+    """Prepare ``device_ids`` just before the container starts (reset, check, …).
+
+    Optional. Implementing it makes the host register every resource of the driver with
+    ``pre_start_required``, so the kubelet calls PreStartContainer before each container
+    start; return at once for resources that need nothing. The kubelet gives it 30 s.
+    Raise to fail the container start with your message.
+    """
+
+
+@hookspec
+def devicehost_simulate_health(resource: str, device_id: str, healthy: bool) -> bool | None:
+    """Under simulation only: make the simulated hardware report ``device_id`` (un)healthy.
+
+    Optional. Return True when applied. Drive the simulated vendor library or fake sysfs
+    the way a real fault or repair would show, so the change flows through ``watch`` and
+    ``enumerate`` exactly as on hardware. Used by ``devicehost demo`` and tests.
+    """
+
+
+# -- shutdown ----------------------------------------------------------------------------
+
+
+@hookspec
+def devicehost_shutdown() -> None:
+    """Release vendor handles. Called once when the process stops; keep it short."""
+
+
+#: Every hook, in lifecycle order (docs and tests iterate over it).
+HOOK_NAMES: tuple[str, ...] = (
+    "devicehost_simulate",
+    "devicehost_configure",
+    "devicehost_resources",
+    "devicehost_notes",
+    "devicehost_enumerate",
+    "devicehost_watch",
+    "devicehost_preferred_allocation",
+    "devicehost_allocate",
+    "devicehost_pre_start",
+    "devicehost_simulate_health",
+    "devicehost_shutdown",
+)

@@ -1,0 +1,293 @@
+"""Per resource: serve → register → watch, restarted as a unit. Per process: start and stop.
+
+``Host.start`` loads drivers, asks each for its resources, takes a first snapshot, then
+runs one ``ResourceRunner`` per resource. A runner serves its socket, registers, and on a
+kubelet restart (``kubelet.sock`` re-created) or the loss of its own socket does it all
+again on a fresh socket. ``Host.stop`` ends streams, removes sockets, calls every driver's
+``shutdown`` and returns within a few seconds even if a driver hangs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import stat
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from devicehost.config import HostConfig
+from devicehost.errors import ConfigError, DriverError, DriverUnavailable
+from devicehost.model import ResourceSpec
+from devicehost.plugins import Driver, DriverStatus, PluginSet, load_plugins
+from devicehost.registration import register
+from devicehost.scan import Scanner
+from devicehost.servicer import DevicePluginServicer
+from devicehost.state import ResourceState
+from devicehost.watch import DirectoryWatcher, file_identity
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_HOOK_SECONDS = 2.0
+STREAM_GRACE_SECONDS = 0.05
+
+
+class ResourceRunner:
+    """Serves one resource's socket and keeps it registered across kubelet restarts."""
+
+    def __init__(self, host: Host, spec: ResourceSpec, servicer: DevicePluginServicer) -> None:
+        self.host = host
+        self.spec = spec
+        self.name = spec.name
+        self.servicer = servicer
+        self.socket_path = host.config.plugin_dir / spec.socket_name
+        self.registered = asyncio.Event()
+        self.restarts = 0
+
+    def _remove_socket(self) -> None:
+        """Remove whatever is at our path without following it (stale socket, planted link)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+
+    async def _serve(self) -> grpc.aio.Server:
+        self._remove_socket()
+        server = grpc.aio.server()
+        pb_grpc.add_DevicePluginServicer_to_server(self.servicer, server)  # type: ignore[no-untyped-call]
+        server.add_insecure_port(f"unix:{self.socket_path}")
+        await server.start()
+        st = os.lstat(self.socket_path)
+        if stat.S_ISSOCK(st.st_mode):
+            os.chmod(self.socket_path, 0o600)
+        return server
+
+    async def _register(self) -> None:
+        config = self.host.config
+        await register(
+            config.kubelet_socket, self.name, self.spec.socket_name, self.servicer.options,
+            initial_backoff=config.initial_backoff, max_backoff=config.max_backoff,
+            rejected_backoff=config.rejected_backoff, on_attempt=self.host.on_register_attempt,
+        )
+        self.registered.set()
+
+    async def run(self) -> None:
+        changed = self.host.watcher.subscribe()
+        kubelet_socket = self.host.config.kubelet_socket
+        try:
+            while True:
+                server = await self._serve()
+                own = file_identity(self.socket_path)
+                kubelet = file_identity(kubelet_socket)
+                registering = asyncio.create_task(self._register(), name=f"register-{self.name}")
+                try:
+                    reason = await self._wait_for_restart(changed, own, kubelet)
+                finally:
+                    self.registered.clear()
+                    registering.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await registering
+                    await server.stop(None)
+                self.restarts += 1
+                log.info("resource %r: %s; serving again on a fresh socket and re-registering",
+                         self.name, reason)
+        finally:
+            self.host.watcher.unsubscribe(changed)
+            self._remove_socket()
+
+    async def _wait_for_restart(self, changed: asyncio.Event, own: object,
+                                kubelet: object) -> str:
+        kubelet_socket = self.host.config.kubelet_socket
+        while True:
+            await changed.wait()
+            changed.clear()
+            if file_identity(self.socket_path) != own:
+                return "our socket was removed"
+            now = file_identity(kubelet_socket)
+            if now == kubelet:
+                continue
+            if now is None:
+                log.warning("kubelet socket %s is gone; waiting for the kubelet to return",
+                            kubelet_socket)
+                kubelet = None
+                continue
+            self.host.on_kubelet_restart(kubelet)
+            return "the kubelet restarted (kubelet.sock re-created)"
+
+
+@dataclass
+class Resource:
+    spec: ResourceSpec
+    driver: Driver
+    state: ResourceState
+    servicer: DevicePluginServicer
+    runner: ResourceRunner | None = None
+
+
+@dataclass
+class Host:
+    """One devicehost process: its drivers, resources, runners and scanners."""
+
+    config: HostConfig
+    plugins: PluginSet | None = None
+    resources: dict[str, Resource] = field(default_factory=dict)
+    scanners: list[Scanner] = field(default_factory=list)
+    on_register_attempt: Callable[[str, BaseException | None], None] | None = None
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _sim_root: Path | None = None
+    _kubelet_seen: object = None
+
+    @property
+    def root(self) -> Path:
+        return self._sim_root or self.config.root
+
+    def __post_init__(self) -> None:
+        self.watcher = DirectoryWatcher(self.config.plugin_dir)
+
+    def on_kubelet_restart(self, previous: object) -> None:
+        """Called by every runner that sees one restart; logs it once."""
+        if previous is not None and previous != self._kubelet_seen:
+            self._kubelet_seen = previous
+            log.warning("kubelet restart detected: %s was re-created",
+                        self.config.kubelet_socket)
+
+    @property
+    def ready(self) -> bool:
+        """True when every served resource is registered with the kubelet."""
+        return all(r.runner is not None and r.runner.registered.is_set()
+                   for r in self.resources.values())
+
+    async def start(self) -> None:
+        """Prepare, then serve every resource and keep it registered."""
+        await self.prepare()
+        self.watcher.start()
+        for resource in self.resources.values():
+            resource.runner = ResourceRunner(self, resource.spec, resource.servicer)
+            self._tasks.append(asyncio.create_task(resource.runner.run(),
+                                                   name=f"resource-{resource.spec.name}"))
+        for scanner in self.scanners:
+            self._tasks.append(asyncio.create_task(scanner.run(),
+                                                   name=f"scan-{scanner.driver.name}"))
+        log.info("serving %d resources: %s", len(self.resources),
+                 ", ".join(self.resources) or "none")
+
+    async def prepare(self, scan: bool = True) -> None:
+        """Load and configure drivers, collect their resources, take a first snapshot.
+
+        Nothing is served yet; ``devicehost drivers`` and ``devicehost devices`` stop here.
+        """
+        config = self.config
+        if self.plugins is None:
+            self.plugins = load_plugins(allow=config.enabled_drivers,
+                                        deny=config.disabled_drivers)
+        if config.simulate:
+            await self._simulate()
+        for driver in list(self.plugins.drivers):
+            await self._start_driver(driver)
+        if scan:
+            await asyncio.gather(*(s.scan_once() for s in self.scanners))
+        for info in self.plugins.infos:
+            log.info("%s %s (%s %s): %s%s", info.kind, info.name, info.distribution,
+                     info.version, info.status, f" — {info.reason}" if info.reason else "")
+            for note in info.notes:
+                log.warning("driver %s: %s", info.name, note)
+
+    async def _simulate(self) -> None:
+        assert self.plugins is not None
+        if self.config.root == Path("/"):
+            self._sim_root = Path(tempfile.mkdtemp(prefix="devicehost-sim-"))
+        log.info("simulating hardware under %s", self.root)
+        for driver in self.plugins.drivers:
+            if driver.implements("devicehost_simulate"):
+                await driver.acall("devicehost_simulate", self.config.hook_timeout,
+                                   root=self.root)
+
+    async def _start_driver(self, driver: Driver) -> None:
+        """configure → resources → states; a driver that fails here is marked, not fatal."""
+        assert self.plugins is not None
+        timeout = self.config.hook_timeout
+        try:
+            await driver.acall("devicehost_configure", timeout,
+                               config=self.config.driver_section(driver.name),
+                               root=self.root, simulated=self.config.simulate)
+            specs = await driver.acall("devicehost_resources", timeout)
+            notes = await driver.acall("devicehost_notes", timeout)
+        except DriverUnavailable as exc:
+            self.plugins.mark(driver, DriverStatus.UNAVAILABLE, str(exc))
+            log.info("driver %r is unavailable on this node: %s", driver.name, exc)
+            return
+        except DriverError as exc:
+            if isinstance(exc.__cause__, ValueError) and exc.hook == "devicehost_configure":
+                raise ConfigError("config", f"drivers.{driver.name}", str(exc.__cause__)) from exc
+            self.plugins.mark(driver, DriverStatus.FAILED, str(exc))
+            log.error("%s; the driver is skipped", exc)
+            return
+        driver.info.notes = [str(n) for note_list in notes for n in note_list or ()]
+        states: dict[str, ResourceState] = {}
+        for spec in [s for spec_list in specs or () for s in spec_list or ()]:
+            if not isinstance(spec, ResourceSpec):
+                log.error("driver %r, hook devicehost_resources: returned %r, expected "
+                          "ResourceSpec; skipped", driver.name, spec)
+                continue
+            owner = self.resources.get(spec.name)
+            if owner is not None:
+                log.error("resource %r is claimed by driver %r (%s) and by driver %r (%s); "
+                          "the first keeps it, the second is refused — disable one of them",
+                          spec.name, owner.driver.name, owner.driver.info.distribution,
+                          driver.name, driver.info.distribution)
+                driver.info.reason = (f"resource {spec.name!r} refused: already served by "
+                                      f"{owner.driver.info.distribution}")
+                continue
+            state = ResourceState(spec.name)
+            states[spec.name] = state
+            servicer = DevicePluginServicer(spec.name, driver, state, timeout)
+            self.resources[spec.name] = Resource(spec, driver, state, servicer)
+        self.scanners.append(Scanner(driver, states, self.config.scan_interval, timeout))
+
+    async def stop(self) -> None:
+        """End streams, stop servers and remove sockets, then let drivers release."""
+        for resource in self.resources.values():
+            resource.state.close()
+        await asyncio.sleep(STREAM_GRACE_SECONDS)  # let open streams send their end cleanly
+        for scanner in self.scanners:
+            scanner.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.watcher.close()
+        if self.plugins:
+            await asyncio.gather(*(self._shutdown_driver(d) for d in self.plugins.drivers))
+            for driver in self.plugins.drivers:
+                driver.pool.close()
+        if self._sim_root:
+            shutil.rmtree(self._sim_root, ignore_errors=True)
+        log.info("stopped")
+
+    async def _shutdown_driver(self, driver: Driver) -> None:
+        try:
+            await driver.acall("devicehost_shutdown", SHUTDOWN_HOOK_SECONDS)
+        except DriverError as exc:
+            log.warning("%s", exc)
+
+
+async def serve(config: HostConfig, stop: asyncio.Event | None = None,
+                host: Host | None = None) -> None:
+    """Run a host until SIGTERM/SIGINT (or ``stop`` is set), then stop it gracefully."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, stop.set)
+    host = host or Host(config)
+    try:
+        await host.start()
+        await stop.wait()
+        log.info("stopping")
+    finally:
+        await host.stop()

@@ -1,0 +1,172 @@
+"""The values drivers hand to the host. Drivers never import protobuf.
+
+Every class is a frozen, keyword-only dataclass, so a driver's answer cannot change after
+the host has checked it. Construction validates what can be checked locally (ID length,
+absolute and normalised paths, permissions); the host checks the rest (uniqueness, known
+IDs) when it receives the value.
+"""
+
+from __future__ import annotations
+
+import enum
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+MAX_DEVICE_ID_LENGTH = 63
+_RESOURCE_NAME_RE = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+_CDI_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*=[A-Za-z0-9_.:\-]+$")
+
+
+class Health(enum.StrEnum):
+    """Device health as the kubelet spells it. A snapshot: it may go either way."""
+
+    HEALTHY = "Healthy"
+    UNHEALTHY = "Unhealthy"
+
+
+def device_id_problem(device_id: object) -> str | None:
+    """Why ``device_id`` cannot be sent to the kubelet, or None when it can."""
+    if not isinstance(device_id, str) or not device_id:
+        return f"device ID {device_id!r} is not a non-empty string"
+    if len(device_id) > MAX_DEVICE_ID_LENGTH:
+        return f"device ID {device_id!r} is longer than {MAX_DEVICE_ID_LENGTH} characters"
+    if "/" in device_id or "\x00" in device_id or not device_id.isprintable():
+        return f"device ID {device_id!r} contains '/', NUL or a non-printable character"
+    return None
+
+
+def resource_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a valid extended resource name, or None when it is."""
+    if not _RESOURCE_NAME_RE.match(name) or len(name) > 253:
+        return f"resource name {name!r} is not of the form 'domain/name'"
+    domain = name.split("/", 1)[0]
+    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+        return f"resource name {name!r} is in the reserved kubernetes.io domain"
+    return None
+
+
+def _check_host_path(kind: str, path: str) -> None:
+    """Refuse paths that could point outside what the driver meant to declare."""
+    if not isinstance(path, str) or "\x00" in path:
+        raise ValueError(f"{kind} {path!r} is not a string without NUL bytes")
+    if not path.startswith("/"):
+        raise ValueError(f"{kind} {path!r} is not an absolute path")
+    if ".." in path.split("/") or posixpath.normpath(path) != path.rstrip("/") or "//" in path:
+        raise ValueError(f"{kind} {path!r} is not a normalised path (no '..', '//' or '.')")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ResourceSpec:
+    """One extended resource a driver serves: one socket, one registration."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        problem = resource_name_problem(self.name)
+        if problem:
+            raise ValueError(problem)
+
+    @property
+    def socket_name(self) -> str:
+        """The socket's file name in the device-plugin directory: unique per resource."""
+        return "devicehost-" + re.sub(r"[^A-Za-z0-9_.-]", "_", self.name) + ".sock"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Device:
+    """One schedulable unit: an ID (at most 63 characters), its health, its NUMA nodes."""
+
+    id: str
+    health: Health = Health.HEALTHY
+    numa_nodes: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Not validated here: the host checks each device at enumeration and drops only the
+        # bad one (with a log line naming the driver), instead of failing the whole list.
+        object.__setattr__(self, "numa_nodes", tuple(self.numa_nodes))
+
+    @property
+    def healthy(self) -> bool:
+        return self.health == Health.HEALTHY
+
+    def problem(self) -> str | None:
+        """Why the kubelet cannot be sent this device, or None when it can."""
+        id_problem = device_id_problem(self.id)
+        if id_problem:
+            return id_problem
+        if self.health not in (Health.HEALTHY, Health.UNHEALTHY):
+            return f"device {self.id!r} has health {self.health!r}; expected Healthy or Unhealthy"
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                   for n in self.numa_nodes):
+            return f"device {self.id!r} has NUMA nodes {self.numa_nodes!r}; expected integers >= 0"
+        return None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Mount:
+    """A host path bind-mounted into the container."""
+
+    container_path: str
+    host_path: str
+    read_only: bool = True
+
+    def __post_init__(self) -> None:
+        _check_host_path("mount host path", self.host_path)
+        _check_host_path("mount container path", self.container_path)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeviceNode:
+    """A host device node made available in the container (cgroup permissions ``rwm``)."""
+
+    host_path: str
+    container_path: str = ""
+    permissions: str = "rw"
+
+    def __post_init__(self) -> None:
+        if not self.container_path:
+            object.__setattr__(self, "container_path", self.host_path)
+        _check_host_path("device node host path", self.host_path)
+        _check_host_path("device node container path", self.container_path)
+        if not self.permissions or set(self.permissions) - set("rwm"):
+            raise ValueError(f"device permissions {self.permissions!r} are not a subset of 'rwm'")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Allocation:
+    """What one container gets for its devices: envs, mounts, device nodes, annotations, CDI."""
+
+    envs: Mapping[str, str] = field(default_factory=dict)
+    mounts: tuple[Mount, ...] = ()
+    devices: tuple[DeviceNode, ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    cdi_devices: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for kind, mapping in (("env", self.envs), ("annotation", self.annotations)):
+            for key, value in mapping.items():
+                if not isinstance(key, str) or not isinstance(value, str) or "\x00" in key + value:
+                    raise ValueError(f"{kind} {key!r}={value!r} is not a string pair without NUL")
+        object.__setattr__(self, "envs", dict(self.envs))
+        object.__setattr__(self, "annotations", dict(self.annotations))
+        object.__setattr__(self, "mounts", tuple(self.mounts))
+        object.__setattr__(self, "devices", tuple(self.devices))
+        object.__setattr__(self, "cdi_devices", tuple(self.cdi_devices))
+        for name in self.cdi_devices:
+            if not _CDI_NAME_RE.match(name):
+                raise ValueError(f"CDI device name {name!r} is not 'vendor.com/class=name'")
+
+    def merged(self, other: Allocation) -> Allocation:
+        """This allocation plus ``other``'s items (policy plugins use it to add to an answer)."""
+        return Allocation(
+            envs={**self.envs, **other.envs},
+            mounts=self.mounts + other.mounts,
+            devices=self.devices + other.devices,
+            annotations={**self.annotations, **other.annotations},
+            cdi_devices=self.cdi_devices + other.cdi_devices,
+        )

@@ -1,0 +1,86 @@
+"""Per resource: the current device snapshot, what changed, and the wake-up for streams.
+
+Used from the event loop only. Every ``update`` that changes anything bumps ``version``
+and wakes every open ListAndWatch stream; streams then send the whole new list, as the
+kubelet expects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from devicehost.model import Device, Health
+
+
+@dataclass(frozen=True)
+class Diff:
+    """What one update changed, for the log line that says so."""
+
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    unhealthy: tuple[str, ...] = ()
+    healthy: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed or self.unhealthy or self.healthy)
+
+    def __str__(self) -> str:
+        parts = [f"{label} {', '.join(ids)}" for label, ids in (
+            ("added", self.added), ("removed", self.removed),
+            ("now Unhealthy", self.unhealthy), ("now Healthy", self.healthy)) if ids]
+        return "; ".join(parts)
+
+
+def diff(old: Mapping[str, Device], new: Mapping[str, Device]) -> Diff:
+    """The change from ``old`` to ``new`` (both keyed by device ID)."""
+    common = old.keys() & new.keys()
+    return Diff(
+        added=tuple(i for i in new if i not in old),
+        removed=tuple(i for i in old if i not in new),
+        unhealthy=tuple(i for i in new if i in common and old[i].healthy and not new[i].healthy),
+        healthy=tuple(i for i in new if i in common and not old[i].healthy and new[i].healthy),
+    )
+
+
+class ResourceState:
+    """The devices of one resource as last enumerated, and a version streams wait on."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.devices: dict[str, Device] = {}
+        self.version = 0
+        self.enumerated = False
+        self.closed = False
+        self._changed = asyncio.Event()
+
+    def update(self, devices: Iterable[Device]) -> Diff:
+        """Replace the snapshot; wake streams when anything differs (or on the first call)."""
+        new = {d.id: d for d in devices}
+        change = diff(self.devices, new)
+        first = not self.enumerated
+        self.enumerated = True
+        if change or first or new != self.devices:
+            self.devices = new
+            self._bump()
+        return change
+
+    def mark_unhealthy(self) -> Diff:
+        """Keep every known device but report it Unhealthy (its driver is failing)."""
+        return self.update(replace(d, health=Health.UNHEALTHY) for d in self.devices.values())
+
+    def close(self) -> None:
+        """End every stream waiting on this resource (shutdown)."""
+        self.closed = True
+        self._bump()
+
+    def _bump(self) -> None:
+        self.version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_newer(self, version: int) -> None:
+        """Return once ``self.version`` is newer than ``version`` or the state is closed."""
+        while self.version == version and not self.closed:
+            await self._changed.wait()

@@ -1,0 +1,70 @@
+"""Run a devicehost ``Host`` in a background thread with its own event loop.
+
+For tests and the demo: the host runs exactly as ``devicehost run`` runs it, while the
+calling thread drives a kubelet stand-in and checks what arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+from devicehost.config import HostConfig
+from devicehost.lifecycle import Host
+
+
+class HostThread:
+    """``start()`` returns once the host has started (or raises what start-up raised)."""
+
+    def __init__(self, config: HostConfig, **overrides: Any) -> None:
+        self.config = dataclasses.replace(config, **overrides) if overrides else config
+        self.host = Host(self.config)
+        self._loop = asyncio.new_event_loop()
+        self._stop: asyncio.Event | None = None
+        self._started: Future[None] = Future()
+        self._thread = threading.Thread(target=self._main, name="devicehost", daemon=True)
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._serve())
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        try:
+            await self.host.start()
+        except BaseException as exc:
+            self._started.set_exception(exc)
+            await self.host.stop()
+            return
+        self._started.set_result(None)
+        try:
+            await self._stop.wait()
+        finally:
+            await self.host.stop()
+
+    def start(self, timeout: float = 30.0) -> HostThread:
+        self._thread.start()
+        self._started.result(timeout)
+        return self
+
+    def call(self, fn: Any, *args: Any) -> Any:
+        """Run ``fn(*args)`` on the host's loop (e.g. to read state) and return its result."""
+        async def run() -> Any:
+            return fn(*args)
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._thread.is_alive() and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout)
+        if not self._loop.is_closed() and not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> HostThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,303 @@
+"""A kubelet stand-in: the kubelet's side of the Device Plugin API over real unix sockets.
+
+It serves ``Registration`` on ``kubelet.sock`` with the kubelet's checks (API version,
+resource name, endpoint), dials every registered plugin, keeps its ListAndWatch stream
+open and records every list, and calls Allocate / GetPreferredAllocation /
+PreStartContainer on request. ``restart()`` does what a kubelet restart does: delete every
+socket in the directory and serve a new ``kubelet.sock``.
+
+It runs its own event loop in a background thread, so plain synchronous tests use it::
+
+    with KubeletStandIn(plugin_dir) as kubelet:
+        kubelet.wait_registered("example.com/widget")
+        kubelet.wait_devices("example.com/widget", lambda devices: len(devices) == 4)
+        response = kubelet.allocate("example.com/widget", [["widget-0"]])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+
+from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
+from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from devicehost.model import resource_name_problem
+
+T = TypeVar("T")
+DeviceList = dict[str, pb.Device]
+SUPPORTED_VERSIONS = ("v1beta1",)
+
+
+@dataclass
+class PluginEndpoint:
+    """One registered plugin as the stand-in sees it."""
+
+    request: pb.RegisterRequest
+    channel: grpc.aio.Channel
+    stub: pb_grpc.DevicePluginStub
+    lists: list[DeviceList] = field(default_factory=list)
+    stream: asyncio.Task[None] | None = None
+    stream_error: str | None = None
+
+
+class KubeletStandIn:
+    """The kubelet's Registration service and device-manager client, for tests and demos."""
+
+    def __init__(self, plugin_dir: Path | str, *, reject: Mapping[str, str] | None = None,
+                 start: bool = False) -> None:
+        self.plugin_dir = Path(plugin_dir)
+        self.socket_path = self.plugin_dir / "kubelet.sock"
+        #: resource name → reason: Register answers with an error, as a kubelet would.
+        self.reject: dict[str, str] = dict(reject or {})
+        #: Every RegisterRequest received, accepted or not, in order.
+        self.registrations: list[pb.RegisterRequest] = []
+        self.endpoints: dict[str, PluginEndpoint] = {}
+        self.restarts = 0
+        self._cond = threading.Condition()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="kubelet-stand-in",
+                                        daemon=True)
+        self._server: grpc.aio.Server | None = None
+        self._thread.start()
+        if start:
+            self.start()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _run(self, awaitable: Awaitable[T], timeout: float | None = 30.0) -> T:
+        """Await ``awaitable`` (a coroutine or a gRPC call) on the stand-in's loop."""
+        async def wait() -> T:
+            return await awaitable
+        return asyncio.run_coroutine_threadsafe(wait(), self._loop).result(timeout)
+
+    def _changed(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def _wait(self, predicate: Callable[[], T], timeout: float, what: str) -> T:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                result = predicate()
+                if result:
+                    return result
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"kubelet stand-in: timed out after {timeout} s waiting "
+                                       f"for {what}")
+                self._cond.wait(remaining)
+
+    # -- serving ----------------------------------------------------------------------------
+
+    def start(self) -> KubeletStandIn:
+        """Serve ``kubelet.sock`` (creating the directory if needed)."""
+        self._run(self._start())
+        return self
+
+    async def _start(self) -> None:
+        self.plugin_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+        server = grpc.aio.server()
+        pb_grpc.add_RegistrationServicer_to_server(_Registration(self), server)  # type: ignore[no-untyped-call]
+        server.add_insecure_port(f"unix:{self.socket_path}")
+        await server.start()
+        self._server = server
+
+    def stop(self) -> None:
+        """Stop serving and close every plugin connection (the kubelet went away)."""
+        self._run(self._stop())
+
+    async def _stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(None)
+            self._server = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+        for endpoint in list(self.endpoints.values()):
+            await self._close_endpoint(endpoint)
+        self.endpoints.clear()
+        self._changed()
+
+    def restart(self) -> None:
+        """Do what a kubelet restart does: forget plugins, delete every socket, serve anew."""
+        self._run(self._restart())
+
+    async def _restart(self) -> None:
+        await self._stop()
+        for entry in self.plugin_dir.iterdir():
+            if entry.is_socket() or entry.is_symlink():
+                with contextlib.suppress(FileNotFoundError):
+                    entry.unlink()
+        self.restarts += 1
+        await self._start()
+
+    def close(self) -> None:
+        """Stop serving and end the background loop."""
+        if self._loop.is_closed():
+            return
+        with contextlib.suppress(Exception):
+            self.stop()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+    def __enter__(self) -> KubeletStandIn:
+        if self._server is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plugins ----------------------------------------------------------------------------
+
+    async def _accept(self, request: pb.RegisterRequest) -> None:
+        old = self.endpoints.pop(request.resource_name, None)
+        if old is not None:
+            await self._close_endpoint(old)
+        channel = grpc.aio.insecure_channel(f"unix://{self.plugin_dir / request.endpoint}")
+        endpoint = PluginEndpoint(request, channel, pb_grpc.DevicePluginStub(channel))
+        self.endpoints[request.resource_name] = endpoint
+        endpoint.stream = asyncio.create_task(self._list_and_watch(endpoint))
+
+    async def _list_and_watch(self, endpoint: PluginEndpoint) -> None:
+        try:
+            async for response in endpoint.stub.ListAndWatch(pb.Empty()):
+                with self._cond:
+                    endpoint.lists.append({d.ID: d for d in response.devices})
+                    self._cond.notify_all()
+        except grpc.aio.AioRpcError as exc:
+            endpoint.stream_error = f"{exc.code().name}: {exc.details()}"
+        finally:
+            self._changed()
+
+    async def _close_endpoint(self, endpoint: PluginEndpoint) -> None:
+        if endpoint.stream is not None:
+            endpoint.stream.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await endpoint.stream
+        await endpoint.channel.close()
+
+    def _stub(self, resource: str) -> pb_grpc.DevicePluginStub:
+        endpoint = self.endpoints.get(resource)
+        if endpoint is None:
+            raise LookupError(f"kubelet stand-in: resource {resource!r} is not registered "
+                              f"(registered: {sorted(self.endpoints)})")
+        return endpoint.stub
+
+    # -- what tests ask -----------------------------------------------------------------------
+
+    def registered(self) -> list[str]:
+        return sorted(self.endpoints)
+
+    def registration_count(self, resource: str) -> int:
+        """How many times ``resource`` has been registered and accepted."""
+        with self._cond:
+            return sum(1 for r in self.registrations if r.resource_name == resource
+                       and r.resource_name not in self.reject)
+
+    def wait_registered(self, resource: str, timeout: float = 10.0, count: int = 1
+                        ) -> pb.RegisterRequest:
+        """Block until ``resource`` has been accepted ``count`` times; return the last request."""
+        def done() -> pb.RegisterRequest | None:
+            if self.registration_count(resource) >= count and resource in self.endpoints:
+                return self.endpoints[resource].request
+            return None
+        return self._wait(done, timeout, f"registration #{count} of {resource!r}")
+
+    def wait_attempts(self, resource: str, count: int, timeout: float = 10.0) -> None:
+        """Block until ``count`` RegisterRequests for ``resource`` arrived (accepted or not)."""
+        self._wait(lambda: sum(r.resource_name == resource for r in self.registrations) >= count,
+                   timeout, f"{count} registration attempts of {resource!r}")
+
+    def devices(self, resource: str) -> DeviceList:
+        """The latest device list received for ``resource`` (empty before the first)."""
+        with self._cond:
+            endpoint = self.endpoints.get(resource)
+            return dict(endpoint.lists[-1]) if endpoint and endpoint.lists else {}
+
+    def health(self, resource: str) -> dict[str, str]:
+        return {i: d.health for i, d in self.devices(resource).items()}
+
+    def lists(self, resource: str) -> list[DeviceList]:
+        """Every list received on the current stream of ``resource``."""
+        with self._cond:
+            endpoint = self.endpoints.get(resource)
+            return list(endpoint.lists) if endpoint else []
+
+    def wait_devices(self, resource: str, predicate: Callable[[DeviceList], bool],
+                     timeout: float = 10.0) -> DeviceList:
+        """Block until the latest list of ``resource`` satisfies ``predicate``; return it."""
+        def done() -> DeviceList | None:
+            endpoint = self.endpoints.get(resource)
+            if endpoint and endpoint.lists and predicate(endpoint.lists[-1]):
+                return dict(endpoint.lists[-1])
+            return None
+        return self._wait(done, timeout, f"a device list of {resource!r} matching the predicate")
+
+    def wait_health(self, resource: str, device_id: str, health: str,
+                    timeout: float = 10.0) -> DeviceList:
+        return self.wait_devices(
+            resource, lambda d: device_id in d and d[device_id].health == health, timeout)
+
+    def options(self, resource: str) -> pb.DevicePluginOptions:
+        return self._run(self._stub(resource).GetDevicePluginOptions(pb.Empty()))
+
+    def allocate(self, resource: str, containers: Sequence[Sequence[str]],
+                 timeout: float | None = 30.0) -> pb.AllocateResponse:
+        """Call Allocate with one ContainerAllocateRequest per list of IDs."""
+        request = pb.AllocateRequest(container_requests=[
+            pb.ContainerAllocateRequest(devices_ids=list(ids)) for ids in containers])
+        return self._run(self._stub(resource).Allocate(request, timeout=timeout), None)
+
+    def preferred_allocation(self, resource: str, available: Sequence[str],
+                             must_include: Sequence[str] = (), size: int = 1) -> list[str]:
+        request = pb.PreferredAllocationRequest(container_requests=[
+            pb.ContainerPreferredAllocationRequest(
+                available_deviceIDs=list(available), must_include_deviceIDs=list(must_include),
+                allocation_size=size)])
+        response = self._run(self._stub(resource).GetPreferredAllocation(request))
+        return list(response.container_responses[0].deviceIDs)
+
+    def pre_start(self, resource: str, device_ids: Sequence[str]) -> None:
+        self._run(self._stub(resource).PreStartContainer(
+            pb.PreStartContainerRequest(devices_ids=list(device_ids))))
+
+
+class _Registration(pb_grpc.RegistrationServicer):
+    """The kubelet's Registration service, with the checks the kubelet makes."""
+
+    def __init__(self, kubelet: KubeletStandIn) -> None:
+        self.kubelet = kubelet
+
+    async def Register(self, request: pb.RegisterRequest,
+                       context: grpc.aio.ServicerContext[Any, Any]) -> pb.Empty:
+        kubelet = self.kubelet
+        with kubelet._cond:
+            kubelet.registrations.append(request)
+            kubelet._cond.notify_all()
+        problem = None
+        if request.version not in SUPPORTED_VERSIONS:
+            problem = (f"requested device plugin API version {request.version!r} is not "
+                       f"supported by the kubelet; supported: {', '.join(SUPPORTED_VERSIONS)}")
+        elif resource_name_problem(request.resource_name):
+            problem = f"invalid name of device plugin socket: {request.resource_name!r}"
+        elif not request.endpoint or "/" in request.endpoint:
+            problem = f"invalid endpoint {request.endpoint!r}: expected a socket file name"
+        elif request.resource_name in kubelet.reject:
+            problem = kubelet.reject[request.resource_name]
+        if problem:
+            await context.abort(grpc.StatusCode.UNKNOWN, problem)
+        await kubelet._accept(request)
+        kubelet._changed()
+        return pb.Empty()
