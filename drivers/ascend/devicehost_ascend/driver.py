@@ -1,0 +1,9 @@
+"""Placeholder until the driver lands: serves nothing."""
+
+from devicehost import DriverUnavailable, hookimpl
+
+
+class AscendDriver:
+    @hookimpl
+    def devicehost_configure(self) -> None:
+        raise DriverUnavailable("driver not implemented yet")

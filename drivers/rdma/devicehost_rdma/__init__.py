@@ -1,0 +1,1 @@
+"""devicehost driver package (work in progress)."""

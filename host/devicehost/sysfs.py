@@ -1,0 +1,52 @@
+"""Small readers for sysfs attributes under a ``root``, shared by drivers.
+
+Every function takes the host's ``/`` as ``root`` so it works on a fake tree. Missing or
+unreadable attributes give ``None``: hardware vanishes, and a reader must not crash.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def read_attr(path: Path) -> str | None:
+    """The stripped text of a sysfs attribute, or None when absent or unreadable."""
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def read_int(path: Path, base: int = 10) -> int | None:
+    """An integer attribute (``base=16`` for ``0x15b3``-style IDs), or None."""
+    text = read_attr(path)
+    if text is None:
+        return None
+    try:
+        return int(text, base)
+    except ValueError:
+        return None
+
+
+def normalise_pci_address(address: str) -> str:
+    """``00000000:3B:00.0`` (NVML style) → ``0000:3b:00.0`` (sysfs style)."""
+    domain, _, rest = address.lower().rpartition(":")
+    domain, _, bus = domain.rpartition(":") if domain.count(":") else ("", "", domain)
+    domain = (domain or "0")[-4:].rjust(4, "0")
+    return f"{domain}:{bus}:{rest}"
+
+
+def pci_numa_node(root: Path, address: str) -> int | None:
+    """The NUMA node of a PCI function, or None when unknown (-1 in sysfs, or absent)."""
+    node = read_int(root / "sys/bus/pci/devices" / normalise_pci_address(address) / "numa_node")
+    return node if node is not None and node >= 0 else None
+
+
+def pci_path(root: Path, address: str) -> Path | None:
+    """The resolved ``/sys/devices/...`` directory of a PCI function (it shows the PCIe
+    switches above the device as parent directories), or None when absent."""
+    link = root / "sys/bus/pci/devices" / normalise_pci_address(address)
+    try:
+        return link.resolve(strict=True)
+    except OSError:
+        return None
