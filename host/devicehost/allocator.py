@@ -24,7 +24,9 @@ def _numa_of(device: Device | None) -> int:
 
 
 def preferred_allocation(
-    devices: Mapping[str, Device], available: Sequence[str], must_include: Sequence[str],
+    devices: Mapping[str, Device],
+    available: Sequence[str],
+    must_include: Sequence[str],
     size: int,
 ) -> list[str]:
     """Choose ``size`` IDs: all of ``must_include``, then pack onto the fewest NUMA nodes.
@@ -48,8 +50,9 @@ def preferred_allocation(
     rest = [n for n in groups if n not in order]
     order_need = need - sum(len(groups[n]) for n in order)
     if order_need > 0:
-        fitting = sorted((n for n in rest if len(groups[n]) >= order_need),
-                         key=lambda n: (len(groups[n]), n))
+        fitting = sorted(
+            (n for n in rest if len(groups[n]) >= order_need), key=lambda n: (len(groups[n]), n)
+        )
         if fitting:
             order.append(fitting[0])
         else:

@@ -34,9 +34,13 @@ def container_edits(allocation: Allocation) -> dict[str, Any]:
         ]
     if allocation.mounts:
         edits["mounts"] = [
-            {"hostPath": m.host_path, "containerPath": m.container_path,
-             "options": ["ro", "nosuid", "nodev", "bind"] if m.read_only
-             else ["nosuid", "nodev", "bind"]}
+            {
+                "hostPath": m.host_path,
+                "containerPath": m.container_path,
+                "options": ["ro", "nosuid", "nodev", "bind"]
+                if m.read_only
+                else ["nosuid", "nodev", "bind"],
+            }
             for m in allocation.mounts
         ]
     return edits
@@ -47,21 +51,25 @@ def cdi_name(kind: str, device: str) -> str:
     return f"{kind}={device}"
 
 
-def build_spec(kind: str, devices: Mapping[str, Allocation],
-               common: Allocation | None = None) -> dict[str, Any]:
+def build_spec(
+    kind: str, devices: Mapping[str, Allocation], common: Allocation | None = None
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "cdiVersion": CDI_VERSION,
         "kind": kind,
-        "devices": [{"name": name, "containerEdits": container_edits(allocation)}
-                    for name, allocation in devices.items()],
+        "devices": [
+            {"name": name, "containerEdits": container_edits(allocation)}
+            for name, allocation in devices.items()
+        ],
     }
     if common is not None:
         spec["containerEdits"] = container_edits(common)
     return spec
 
 
-def write_spec(directory: Path, kind: str, devices: Mapping[str, Allocation],
-               common: Allocation | None = None) -> Path:
+def write_spec(
+    directory: Path, kind: str, devices: Mapping[str, Allocation], common: Allocation | None = None
+) -> Path:
     """Write (or refresh) ``<directory>/devicehost-<vendor>-<class>.json``; return its path.
 
     The file is replaced atomically and left alone when its content is unchanged.

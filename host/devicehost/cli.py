@@ -58,37 +58,58 @@ _FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
 def _config_flags() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("configuration (flags > DEVICEHOST_* env > file)")
-    group.add_argument("--config", type=Path, metavar="FILE",
-                       help="HostConfig YAML file (env DEVICEHOST_CONFIG)")
+    group.add_argument(
+        "--config", type=Path, metavar="FILE", help="HostConfig YAML file (env DEVICEHOST_CONFIG)"
+    )
     helps = {s.attr: (s.help, s.env) for s in SETTINGS}
     for attr, (flag, extra) in _FLAGS.items():
         text, env = helps[attr]
-        group.add_argument(flag, dest=attr, default=None,
-                           help=f"{text} (env {env})" if env else text, **extra)
+        group.add_argument(
+            flag, dest=attr, default=None, help=f"{text} (env {env})" if env else text, **extra
+        )
     return parent
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="devicehost", description=DESCRIPTION, epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog="devicehost",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"devicehost {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     flags = _config_flags()
-    commands.add_parser("run", parents=[flags], help="serve every driver's resources to the "
-                        "kubelet until SIGTERM (the daemon)")
-    drivers = commands.add_parser("drivers", parents=[flags], help="list installed drivers: "
-                                  "distribution, version, status, reason, notes")
+    commands.add_parser(
+        "run",
+        parents=[flags],
+        help="serve every driver's resources to the kubelet until SIGTERM (the daemon)",
+    )
+    drivers = commands.add_parser(
+        "drivers",
+        parents=[flags],
+        help="list installed drivers: distribution, version, status, reason, notes",
+    )
     drivers.add_argument("--json", action="store_true", help="print JSON")
-    devices = commands.add_parser("devices", parents=[flags], help="enumerate once and print "
-                                  "each resource's devices, health and NUMA nodes")
+    devices = commands.add_parser(
+        "devices",
+        parents=[flags],
+        help="enumerate once and print each resource's devices, health and NUMA nodes",
+    )
     devices.add_argument("--json", action="store_true", help="print JSON")
-    commands.add_parser("config", parents=[flags], help="validate the configuration and print "
-                        "the effective HostConfig")
-    demo = commands.add_parser("demo", parents=[flags], help="run a simulated node against a "
-                               "built-in kubelet stand-in and narrate what happens")
-    demo.add_argument("--keep-running", action="store_true",
-                      help="keep serving after the tour (Ctrl-C to stop)")
+    commands.add_parser(
+        "config",
+        parents=[flags],
+        help="validate the configuration and print the effective HostConfig",
+    )
+    demo = commands.add_parser(
+        "demo",
+        parents=[flags],
+        help="run a simulated node against a built-in kubelet stand-in and narrate what happens",
+    )
+    demo.add_argument(
+        "--keep-running", action="store_true", help="keep serving after the tour (Ctrl-C to stop)"
+    )
     return parser
 
 
@@ -104,21 +125,32 @@ async def _drivers(config: HostConfig, as_json: bool) -> int:
     finally:
         await host.stop()
     assert host.plugins is not None
-    rows = [{"name": i.name, "kind": i.kind, "distribution": i.distribution,
-             "version": i.version, "status": str(i.status), "reason": i.reason,
-             "notes": i.notes,
-             "resources": [r for r, res in host.resources.items() if res.driver.info is i]}
-            for i in host.plugins.infos]
+    rows: list[dict[str, Any]] = [
+        {
+            "name": i.name,
+            "kind": i.kind,
+            "distribution": i.distribution,
+            "version": i.version,
+            "status": str(i.status),
+            "reason": i.reason,
+            "notes": i.notes,
+            "resources": [r for r, res in host.resources.items() if res.driver.info is i],
+        }
+        for i in host.plugins.infos
+    ]
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
         print("no drivers installed (entry-point group devicehost.drivers is empty)")
     for row in rows:
-        print(f"{row['name']:<12} {row['status']:<12} {row['distribution']} {row['version']}"
-              f"{' (' + row['kind'] + ')' if row['kind'] != 'driver' else ''}")
+        print(
+            f"{row['name']:<12} {row['status']:<12} {row['distribution']} {row['version']}"
+            f"{' (' + row['kind'] + ')' if row['kind'] != 'driver' else ''}"
+        )
         for line in ([f"reason: {row['reason']}"] if row["reason"] else []) + [
-                f"note: {n}" for n in row["notes"]]:
+            f"note: {n}" for n in row["notes"]
+        ]:
             print(f"{'':<12} {line}")
         if row["resources"]:
             print(f"{'':<12} resources: {', '.join(row['resources'])}")
@@ -132,10 +164,14 @@ async def _devices(config: HostConfig, as_json: bool) -> int:
     finally:
         await host.stop()
     assert host.plugins is not None
-    result = {
-        name: {"driver": res.driver.name,
-               "devices": [{"id": d.id, "health": str(d.health), "numa": list(d.numa_nodes)}
-                           for d in res.state.devices.values()]}
+    result: dict[str, dict[str, Any]] = {
+        name: {
+            "driver": res.driver.name,
+            "devices": [
+                {"id": d.id, "health": str(d.health), "numa": list(d.numa_nodes)}
+                for d in res.state.devices.values()
+            ],
+        }
         for name, res in host.resources.items()
     }
     notes = {i.name: i.notes for i in host.plugins.infos if i.notes}
@@ -174,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_devices(config, args.json))
         if args.command == "demo":
             from devicehost.demo import run_demo
+
             return run_demo(config, keep_running=args.keep_running)
         asyncio.run(serve(config))
         return 0

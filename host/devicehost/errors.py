@@ -67,4 +67,3 @@ class UnknownDevice(DevicehostError):
     def __init__(self, resource: str, device_id: str) -> None:
         self.resource, self.device_id = resource, device_id
         super().__init__(f"unknown device ID {device_id!r} for resource {resource!r}")
-

@@ -1,3 +1,4 @@
+# mypy: disable-error-code="empty-body"
 """The hooks a driver implements: the whole contract between devicehost and a vendor.
 
 A driver is a module (or object) with functions marked ``@devicehost.hookimpl``, made
@@ -103,9 +104,7 @@ def devicehost_enumerate(resource: str) -> Sequence[Device]:
 
 
 @hookspec
-def devicehost_watch(
-    resource: str, notify: Callable[[], None], stop: threading.Event
-) -> None:
+def devicehost_watch(resource: str, notify: Callable[[], None], stop: threading.Event) -> None:
     """Block, waiting for vendor events about ``resource``; call ``notify()`` on each.
 
     Optional. Runs in a dedicated thread for the life of the process. ``notify()`` is

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_HOOK_SECONDS = 2.0
 STREAM_GRACE_SECONDS = 0.05
+SERVE_RETRY_SECONDS = 1.0
+START_WAIT_SECONDS = 5.0
 
 
 class ResourceRunner:
@@ -50,6 +52,7 @@ class ResourceRunner:
         self.servicer = servicer
         self.socket_path = host.config.plugin_dir / spec.socket_name
         self.registered = asyncio.Event()
+        self.serving = asyncio.Event()
         self.restarts = 0
 
     def _remove_socket(self) -> None:
@@ -60,7 +63,7 @@ class ResourceRunner:
     async def _serve(self) -> grpc.aio.Server:
         self._remove_socket()
         server = grpc.aio.server()
-        pb_grpc.add_DevicePluginServicer_to_server(self.servicer, server)  # type: ignore[no-untyped-call]
+        pb_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
         server.add_insecure_port(f"unix:{self.socket_path}")
         await server.start()
         st = os.lstat(self.socket_path)
@@ -68,57 +71,92 @@ class ResourceRunner:
             os.chmod(self.socket_path, 0o600)
         return server
 
+    async def _serve_until_bound(self) -> grpc.aio.Server:
+        """Serve our socket, retrying while the directory is unusable (logged each time)."""
+        while True:
+            try:
+                server = await self._serve()
+            except (OSError, RuntimeError) as exc:
+                log.error(
+                    "resource %r: cannot serve %s: %s; retrying in %.0f s",
+                    self.name,
+                    self.socket_path,
+                    exc,
+                    SERVE_RETRY_SECONDS,
+                )
+                await asyncio.sleep(SERVE_RETRY_SECONDS)
+                continue
+            self.serving.set()
+            return server
+
     async def _register(self) -> None:
         config = self.host.config
         await register(
-            config.kubelet_socket, self.name, self.spec.socket_name, self.servicer.options,
-            initial_backoff=config.initial_backoff, max_backoff=config.max_backoff,
-            rejected_backoff=config.rejected_backoff, on_attempt=self.host.on_register_attempt,
+            config.kubelet_socket,
+            self.name,
+            self.spec.socket_name,
+            self.servicer.options,
+            initial_backoff=config.initial_backoff,
+            max_backoff=config.max_backoff,
+            rejected_backoff=config.rejected_backoff,
+            on_attempt=self.host.on_register_attempt,
         )
         self.registered.set()
 
     async def run(self) -> None:
         changed = self.host.watcher.subscribe()
-        kubelet_socket = self.host.config.kubelet_socket
         try:
             while True:
-                server = await self._serve()
-                own = file_identity(self.socket_path)
-                kubelet = file_identity(kubelet_socket)
-                registering = asyncio.create_task(self._register(), name=f"register-{self.name}")
+                server = await self._serve_until_bound()
                 try:
-                    reason = await self._wait_for_restart(changed, own, kubelet)
+                    reason = await self._keep_registered(changed, file_identity(self.socket_path))
                 finally:
                     self.registered.clear()
-                    registering.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await registering
                     await server.stop(None)
                 self.restarts += 1
-                log.info("resource %r: %s; serving again on a fresh socket and re-registering",
-                         self.name, reason)
+                log.info(
+                    "resource %r: %s; serving again on a fresh socket and re-registering",
+                    self.name,
+                    reason,
+                )
         finally:
             self.host.watcher.unsubscribe(changed)
             self._remove_socket()
 
-    async def _wait_for_restart(self, changed: asyncio.Event, own: object,
-                                kubelet: object) -> str:
+    async def _keep_registered(self, changed: asyncio.Event, own: object) -> str:
+        """Register, and again each time kubelet.sock is re-created; return once our own
+        socket is gone (the kubelet deleted it), which needs a fresh server."""
         kubelet_socket = self.host.config.kubelet_socket
-        while True:
-            await changed.wait()
-            changed.clear()
-            if file_identity(self.socket_path) != own:
-                return "our socket was removed"
-            now = file_identity(kubelet_socket)
-            if now == kubelet:
-                continue
-            if now is None:
-                log.warning("kubelet socket %s is gone; waiting for the kubelet to return",
-                            kubelet_socket)
-                kubelet = None
-                continue
-            self.host.on_kubelet_restart(kubelet)
-            return "the kubelet restarted (kubelet.sock re-created)"
+        kubelet = file_identity(kubelet_socket)
+        registering = asyncio.create_task(self._register(), name=f"register-{self.name}")
+        try:
+            while True:
+                await changed.wait()
+                changed.clear()
+                if file_identity(self.socket_path) != own:
+                    return "our socket was removed"
+                now = file_identity(kubelet_socket)
+                if now == kubelet:
+                    continue
+                kubelet = now
+                if now is None:
+                    log.warning(
+                        "kubelet socket %s is gone; waiting for the kubelet to return",
+                        kubelet_socket,
+                    )
+                    continue
+                self.host.on_kubelet_restart(now)
+                await _cancel(registering)
+                self.registered.clear()
+                registering = asyncio.create_task(self._register(), name=f"register-{self.name}")
+        finally:
+            await _cancel(registering)
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 @dataclass
@@ -139,8 +177,10 @@ class Host:
     resources: dict[str, Resource] = field(default_factory=dict)
     scanners: list[Scanner] = field(default_factory=list)
     on_register_attempt: Callable[[str, BaseException | None], None] | None = None
+    use_inotify: bool = True
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _sim_root: Path | None = None
+    kubelet_restarts: int = 0
     _kubelet_seen: object = None
 
     @property
@@ -150,32 +190,46 @@ class Host:
     def __post_init__(self) -> None:
         self.watcher = DirectoryWatcher(self.config.plugin_dir)
 
-    def on_kubelet_restart(self, previous: object) -> None:
-        """Called by every runner that sees one restart; logs it once."""
-        if previous is not None and previous != self._kubelet_seen:
-            self._kubelet_seen = previous
-            log.warning("kubelet restart detected: %s was re-created",
-                        self.config.kubelet_socket)
+    def on_kubelet_restart(self, identity: object) -> None:
+        """Called by every runner that sees kubelet.sock (re-)created; counted once each."""
+        if identity != self._kubelet_seen:
+            self._kubelet_seen = identity
+            self.kubelet_restarts += 1
+            log.warning(
+                "kubelet restart detected: %s was re-created; registering every resource again",
+                self.config.kubelet_socket,
+            )
 
     @property
     def ready(self) -> bool:
         """True when every served resource is registered with the kubelet."""
-        return all(r.runner is not None and r.runner.registered.is_set()
-                   for r in self.resources.values())
+        return all(
+            r.runner is not None and r.runner.registered.is_set() for r in self.resources.values()
+        )
 
     async def start(self) -> None:
         """Prepare, then serve every resource and keep it registered."""
         await self.prepare()
-        self.watcher.start()
+        self.watcher.start(self.use_inotify)
         for resource in self.resources.values():
             resource.runner = ResourceRunner(self, resource.spec, resource.servicer)
-            self._tasks.append(asyncio.create_task(resource.runner.run(),
-                                                   name=f"resource-{resource.spec.name}"))
+            self._tasks.append(
+                asyncio.create_task(resource.runner.run(), name=f"resource-{resource.spec.name}")
+            )
         for scanner in self.scanners:
-            self._tasks.append(asyncio.create_task(scanner.run(),
-                                                   name=f"scan-{scanner.driver.name}"))
-        log.info("serving %d resources: %s", len(self.resources),
-                 ", ".join(self.resources) or "none")
+            self._tasks.append(
+                asyncio.create_task(scanner.run(), name=f"scan-{scanner.driver.name}")
+            )
+        waits = [
+            asyncio.create_task(r.runner.serving.wait())
+            for r in self.resources.values()
+            if r.runner
+        ]
+        if waits:
+            await asyncio.wait(waits, timeout=START_WAIT_SECONDS)
+        log.info(
+            "serving %d resources: %s", len(self.resources), ", ".join(self.resources) or "none"
+        )
 
     async def prepare(self, scan: bool = True) -> None:
         """Load and configure drivers, collect their resources, take a first snapshot.
@@ -184,8 +238,7 @@ class Host:
         """
         config = self.config
         if self.plugins is None:
-            self.plugins = load_plugins(allow=config.enabled_drivers,
-                                        deny=config.disabled_drivers)
+            self.plugins = load_plugins(allow=config.enabled_drivers, deny=config.disabled_drivers)
         if config.simulate:
             await self._simulate()
         for driver in list(self.plugins.drivers):
@@ -193,8 +246,15 @@ class Host:
         if scan:
             await asyncio.gather(*(s.scan_once() for s in self.scanners))
         for info in self.plugins.infos:
-            log.info("%s %s (%s %s): %s%s", info.kind, info.name, info.distribution,
-                     info.version, info.status, f" — {info.reason}" if info.reason else "")
+            log.info(
+                "%s %s (%s %s): %s%s",
+                info.kind,
+                info.name,
+                info.distribution,
+                info.version,
+                info.status,
+                f" — {info.reason}" if info.reason else "",
+            )
             for note in info.notes:
                 log.warning("driver %s: %s", info.name, note)
 
@@ -205,17 +265,20 @@ class Host:
         log.info("simulating hardware under %s", self.root)
         for driver in self.plugins.drivers:
             if driver.implements("devicehost_simulate"):
-                await driver.acall("devicehost_simulate", self.config.hook_timeout,
-                                   root=self.root)
+                await driver.acall("devicehost_simulate", self.config.hook_timeout, root=self.root)
 
     async def _start_driver(self, driver: Driver) -> None:
         """configure → resources → states; a driver that fails here is marked, not fatal."""
         assert self.plugins is not None
         timeout = self.config.hook_timeout
         try:
-            await driver.acall("devicehost_configure", timeout,
-                               config=self.config.driver_section(driver.name),
-                               root=self.root, simulated=self.config.simulate)
+            await driver.acall(
+                "devicehost_configure",
+                timeout,
+                config=self.config.driver_section(driver.name),
+                root=self.root,
+                simulated=self.config.simulate,
+            )
             specs = await driver.acall("devicehost_resources", timeout)
             notes = await driver.acall("devicehost_notes", timeout)
         except DriverUnavailable as exc:
@@ -232,17 +295,28 @@ class Host:
         states: dict[str, ResourceState] = {}
         for spec in [s for spec_list in specs or () for s in spec_list or ()]:
             if not isinstance(spec, ResourceSpec):
-                log.error("driver %r, hook devicehost_resources: returned %r, expected "
-                          "ResourceSpec; skipped", driver.name, spec)
+                log.error(
+                    "driver %r, hook devicehost_resources: returned %r, expected "
+                    "ResourceSpec; skipped",
+                    driver.name,
+                    spec,
+                )
                 continue
             owner = self.resources.get(spec.name)
             if owner is not None:
-                log.error("resource %r is claimed by driver %r (%s) and by driver %r (%s); "
-                          "the first keeps it, the second is refused — disable one of them",
-                          spec.name, owner.driver.name, owner.driver.info.distribution,
-                          driver.name, driver.info.distribution)
-                driver.info.reason = (f"resource {spec.name!r} refused: already served by "
-                                      f"{owner.driver.info.distribution}")
+                log.error(
+                    "resource %r is claimed by driver %r (%s) and by driver %r (%s); "
+                    "the first keeps it, the second is refused — disable one of them",
+                    spec.name,
+                    owner.driver.name,
+                    owner.driver.info.distribution,
+                    driver.name,
+                    driver.info.distribution,
+                )
+                driver.info.reason = (
+                    f"resource {spec.name!r} refused: already served by "
+                    f"{owner.driver.info.distribution}"
+                )
                 continue
             state = ResourceState(spec.name)
             states[spec.name] = state
@@ -276,8 +350,9 @@ class Host:
             log.warning("%s", exc)
 
 
-async def serve(config: HostConfig, stop: asyncio.Event | None = None,
-                host: Host | None = None) -> None:
+async def serve(
+    config: HostConfig, stop: asyncio.Event | None = None, host: Host | None = None
+) -> None:
     """Run a host until SIGTERM/SIGINT (or ``stop`` is set), then stop it gracefully."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()

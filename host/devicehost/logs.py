@@ -21,12 +21,10 @@ class _TraceContext(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         context = trace.get_current_span().get_span_context()
-        if context.is_valid:
-            record.trace_id = format(context.trace_id, "032x")
-            record.span_id = format(context.span_id, "016x")
-            record.trace = f" [trace_id={record.trace_id} span_id={record.span_id}]"
-        else:
-            record.trace_id = record.span_id = record.trace = ""
+        trace_id = format(context.trace_id, "032x") if context.is_valid else ""
+        span_id = format(context.span_id, "016x") if context.is_valid else ""
+        record.trace_id, record.span_id = trace_id, span_id
+        record.trace = f" [trace_id={trace_id} span_id={span_id}]" if trace_id else ""
         return True
 
 
@@ -41,9 +39,10 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        if getattr(record, "trace_id", ""):
-            entry["trace_id"] = record.trace_id  # type: ignore[attr-defined]
-            entry["span_id"] = record.span_id  # type: ignore[attr-defined]
+        trace_id = getattr(record, "trace_id", "")
+        if trace_id:
+            entry["trace_id"] = trace_id
+            entry["span_id"] = getattr(record, "span_id", "")
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry)
@@ -52,8 +51,9 @@ class JsonFormatter(logging.Formatter):
 def setup_logging(log_format: str = "text", level: str = "info") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(_TraceContext())
-    handler.setFormatter(JsonFormatter() if log_format == "json"
-                         else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(
+        JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    )
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -19,7 +19,9 @@ _RESOURCE_NAME_RE = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
-_CDI_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*=[A-Za-z0-9_.:\-]+$")
+_CDI_NAME_RE = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*=[A-Za-z0-9_.:\-]+$"
+)
 
 
 class Health(enum.StrEnum):
@@ -101,8 +103,9 @@ class Device:
             return id_problem
         if self.health not in (Health.HEALTHY, Health.UNHEALTHY):
             return f"device {self.id!r} has health {self.health!r}; expected Healthy or Unhealthy"
-        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                   for n in self.numa_nodes):
+        if not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in self.numa_nodes
+        ):
             return f"device {self.id!r} has NUMA nodes {self.numa_nodes!r}; expected integers >= 0"
         return None
 

@@ -111,9 +111,7 @@ class Driver:
         try:
             return await run_with_timeout(self.pool, lambda: self.call(hook, **kwargs), timeout)
         except TimeoutError:
-            raise DriverTimeout(
-                self.name, hook, f"did not return within {timeout:g} s"
-            ) from None
+            raise DriverTimeout(self.name, hook, f"did not return within {timeout:g} s") from None
 
     def __repr__(self) -> str:
         return f"<Driver {self.name} {self.info.distribution} {self.info.version}>"
@@ -179,8 +177,7 @@ def _load_entry_point(ep: EntryPoint, kind: str) -> tuple[Any, DriverInfo]:
         else:
             info.status = DriverStatus.FAILED
             info.reason = f"import of {ep.value} failed: {type(exc).__name__}: {exc}"
-            log.error("%s %r (%s %s): %s", kind, ep.name, dist, version, info.reason,
-                      exc_info=True)
+            log.error("%s %r (%s %s): %s", kind, ep.name, dist, version, info.reason, exc_info=True)
     return None, info
 
 
@@ -212,8 +209,15 @@ def load_plugins(
         skip = _selected(ep.name, allow, deny)
         if skip:
             dist, version = _distribution_of(ep)
-            plugins.infos.append(DriverInfo(name=ep.name, distribution=dist, version=version,
-                                            status=DriverStatus.DISABLED, reason=skip))
+            plugins.infos.append(
+                DriverInfo(
+                    name=ep.name,
+                    distribution=dist,
+                    version=version,
+                    status=DriverStatus.DISABLED,
+                    reason=skip,
+                )
+            )
             continue
         loaded.append(_load_entry_point(ep, "driver"))
     for plugin, info in loaded:
@@ -223,11 +227,19 @@ def load_plugins(
         problem = _register(pm, plugin, info.name)
         if problem:
             info.status, info.reason = DriverStatus.FAILED, problem
-            log.error("driver %r (%s %s) failed validation: %s",
-                      info.name, info.distribution, info.version, problem)
+            log.error(
+                "driver %r (%s %s) failed validation: %s",
+                info.name,
+                info.distribution,
+                info.version,
+                problem,
+            )
     _load_policies(plugins, select_entry_points)
-    driver_objects = [pm.get_plugin(i.name) for i in plugins.infos
-                      if i.kind == "driver" and i.status is DriverStatus.ACTIVE]
+    driver_objects = [
+        pm.get_plugin(i.name)
+        for i in plugins.infos
+        if i.kind == "driver" and i.status is DriverStatus.ACTIVE
+    ]
     for info in plugins.infos:
         if info.kind == "driver" and info.status is DriverStatus.ACTIVE:
             plugin = pm.get_plugin(info.name)
@@ -254,10 +266,12 @@ def _load_policies(plugins: PluginSet, select: Callable[..., Iterable[EntryPoint
             ]
             if answering:
                 plugins.pm.unregister(name=name)
-                problem = (f"policy plugin {ep.name!r} implements {answering[0]} without "
-                           "wrapper=True; policies may only wrap driver hooks")
+                problem = (
+                    f"policy plugin {ep.name!r} implements {answering[0]} without "
+                    "wrapper=True; policies may only wrap driver hooks"
+                )
         if problem:
             info.status, info.reason = DriverStatus.FAILED, problem
-            log.error("policy %r (%s %s) refused: %s", ep.name, info.distribution,
-                      info.version, problem)
-
+            log.error(
+                "policy %r (%s %s) refused: %s", ep.name, info.distribution, info.version, problem
+            )

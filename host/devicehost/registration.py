@@ -29,14 +29,16 @@ REGISTER_TIMEOUT_SECONDS = 5.0
 def rejected(exc: BaseException | None) -> bool:
     """True when the kubelet answered and said no (as opposed to not answering at all)."""
     return isinstance(exc, grpc.aio.AioRpcError) and exc.code() not in (
-        grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+    )
 
 
 class _Wait:
     """Fast jittered back-off while the kubelet is away; a slow fixed one after a rejection."""
 
     def __init__(self, initial: float, maximum: float, after_rejection: float) -> None:
-        self.fast = wait_exponential_jitter(initial=initial, max=maximum, jitter=initial)
+        self.fast = wait_exponential_jitter(multiplier=initial, max=maximum, jitter=initial)
         self.after_rejection = after_rejection
 
     def __call__(self, state: RetryCallState) -> float:
@@ -45,8 +47,14 @@ class _Wait:
 
 
 async def register(
-    kubelet_socket: Path, resource: str, endpoint: str, options: pb.DevicePluginOptions, *,
-    initial_backoff: float = 0.1, max_backoff: float = 10.0, rejected_backoff: float = 60.0,
+    kubelet_socket: Path,
+    resource: str,
+    endpoint: str,
+    options: pb.DevicePluginOptions,
+    *,
+    initial_backoff: float = 0.1,
+    max_backoff: float = 10.0,
+    rejected_backoff: float = 60.0,
     on_attempt: Callable[[str, BaseException | None], None] | None = None,
 ) -> int:
     """Register until the kubelet accepts; return the number of attempts it took.
@@ -54,20 +62,31 @@ async def register(
     ``on_attempt(resource, error)`` is called after every attempt (error None on success),
     for metrics and spans. Cancel the coroutine to give up (e.g. the kubelet restarted).
     """
-    request = pb.RegisterRequest(version=API_VERSION, endpoint=endpoint,
-                                 resource_name=resource, options=options)
+    request = pb.RegisterRequest(
+        version=API_VERSION, endpoint=endpoint, resource_name=resource, options=options
+    )
 
     def before_sleep(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
         delay = state.upcoming_sleep
         if rejected(exc):
             assert isinstance(exc, grpc.aio.AioRpcError)
-            log.error("kubelet rejected resource %r (attempt %d): %s; retrying in %.1f s",
-                      resource, state.attempt_number, exc.details(), delay)
+            log.error(
+                "kubelet rejected resource %r (attempt %d): %s; retrying in %.1f s",
+                resource,
+                state.attempt_number,
+                exc.details(),
+                delay,
+            )
         else:
-            log.warning("kubelet at %s not reachable for resource %r (attempt %d): %s; "
-                        "retrying in %.2f s", kubelet_socket, resource, state.attempt_number,
-                        exc.details() if isinstance(exc, grpc.aio.AioRpcError) else exc, delay)
+            log.warning(
+                "kubelet at %s not reachable for resource %r (attempt %d): %s; retrying in %.2f s",
+                kubelet_socket,
+                resource,
+                state.attempt_number,
+                exc.details() if isinstance(exc, grpc.aio.AioRpcError) else exc,
+                delay,
+            )
 
     retrying = AsyncRetrying(
         wait=_Wait(initial_backoff, max_backoff, rejected_backoff),
@@ -82,13 +101,15 @@ async def register(
             try:
                 async with grpc.aio.insecure_channel(f"unix://{kubelet_socket}") as channel:
                     await pb_grpc.RegistrationStub(channel).Register(
-                        request, timeout=REGISTER_TIMEOUT_SECONDS)
+                        request, timeout=REGISTER_TIMEOUT_SECONDS
+                    )
             except grpc.aio.AioRpcError as exc:
                 if on_attempt:
                     on_attempt(resource, exc)
                 raise
             if on_attempt:
                 on_attempt(resource, None)
-    log.info("registered resource %r with the kubelet as %s (attempt %d)",
-             resource, endpoint, attempts)
+    log.info(
+        "registered resource %r with the kubelet as %s (attempt %d)", resource, endpoint, attempts
+    )
     return attempts

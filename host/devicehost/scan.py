@@ -9,6 +9,7 @@ and are restarted with a back-off when they raise.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -24,13 +25,20 @@ log = logging.getLogger(__name__)
 WATCH_RESTART_MAX_SECONDS = 30.0
 
 
-def clean_devices(driver: str, resource: str, devices: Any,
-                  reported: set[str] | None = None) -> list[Device]:
+def clean_devices(
+    driver: str, resource: str, devices: Any, reported: set[str] | None = None
+) -> list[Device]:
     """The valid, unique devices of an enumeration; each one dropped is logged once."""
-    if devices is None or isinstance(devices, str | bytes | Mapping) or not isinstance(
-            devices, Iterable):
-        raise DriverError(driver, "devicehost_enumerate",
-                          f"returned {type(devices).__name__}, expected a list of Device")
+    if (
+        devices is None
+        or isinstance(devices, str | bytes | Mapping)
+        or not isinstance(devices, Iterable)
+    ):
+        raise DriverError(
+            driver,
+            "devicehost_enumerate",
+            f"returned {type(devices).__name__}, expected a list of Device",
+        )
     reported = set() if reported is None else reported
     kept: dict[str, Device] = {}
     for device in devices:
@@ -51,8 +59,14 @@ def clean_devices(driver: str, resource: str, devices: Any,
 class Scanner:
     """Scans one driver's resources into their ``ResourceState``s; owns its watch threads."""
 
-    def __init__(self, driver: Driver, states: Mapping[str, ResourceState], interval: float,
-                 timeout: float, on_error: Callable[[str, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        driver: Driver,
+        states: Mapping[str, ResourceState],
+        interval: float,
+        timeout: float,
+        on_error: Callable[[str, str], None] | None = None,
+    ) -> None:
         self.driver = driver
         self.states = states
         self.interval = interval
@@ -72,15 +86,18 @@ class Scanner:
     async def scan_once(self) -> None:
         for name, state in self.states.items():
             try:
-                raw = await self.driver.acall("devicehost_enumerate", self.timeout,
-                                              resource=name)
+                raw = await self.driver.acall("devicehost_enumerate", self.timeout, resource=name)
                 devices = clean_devices(self.driver.name, name, raw, self._reported)
             except DriverError as exc:
                 if self.on_error:
                     self.on_error(self.driver.name, exc.hook)
                 change = state.mark_unhealthy()
-                log.error("%s; its %d devices of %r are reported Unhealthy until it recovers",
-                          exc, len(state.devices), name)
+                log.error(
+                    "%s; its %d devices of %r are reported Unhealthy until it recovers",
+                    exc,
+                    len(state.devices),
+                    name,
+                )
                 continue
             change = state.update(devices)
             if change:
@@ -90,10 +107,8 @@ class Scanner:
         """Scan forever: every ``interval`` seconds, and at once after ``notify()``."""
         self._start_watches()
         while True:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.interval)
-            except TimeoutError:
-                pass
             self._wake.clear()
             await self.scan_once()
 
@@ -101,8 +116,12 @@ class Scanner:
         if not self.driver.implements("devicehost_watch"):
             return
         for name in self.states:
-            thread = threading.Thread(target=self._watch, args=(name,), daemon=True,
-                                      name=f"watch-{self.driver.name}-{name}")
+            thread = threading.Thread(
+                target=self._watch,
+                args=(name,),
+                daemon=True,
+                name=f"watch-{self.driver.name}-{name}",
+            )
             self._threads.append(thread)
             thread.start()
 
@@ -110,8 +129,9 @@ class Scanner:
         delay = 1.0
         while not self._stop.is_set():
             try:
-                self.driver.call("devicehost_watch", resource=resource, notify=self.notify,
-                                 stop=self._stop)
+                self.driver.call(
+                    "devicehost_watch", resource=resource, notify=self.notify, stop=self._stop
+                )
                 delay = 1.0
             except DriverError as exc:
                 if self.on_error:

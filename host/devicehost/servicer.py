@@ -37,25 +37,33 @@ def allocation_to_pb(allocation: Allocation) -> pb.ContainerAllocateResponse:
     return pb.ContainerAllocateResponse(
         envs=allocation.envs,
         annotations=allocation.annotations,
-        mounts=[pb.Mount(container_path=m.container_path, host_path=m.host_path,
-                         read_only=m.read_only) for m in allocation.mounts],
-        devices=[pb.DeviceSpec(container_path=d.container_path, host_path=d.host_path,
-                               permissions=d.permissions) for d in allocation.devices],
+        mounts=[
+            pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+            for m in allocation.mounts
+        ],
+        devices=[
+            pb.DeviceSpec(
+                container_path=d.container_path, host_path=d.host_path, permissions=d.permissions
+            )
+            for d in allocation.devices
+        ],
         cdi_devices=[pb.CDIDevice(name=n) for n in allocation.cdi_devices],
     )
 
 
 def driver_refusal(exc: DriverError) -> Refusal:
-    code = grpc.StatusCode.DEADLINE_EXCEEDED if isinstance(exc, DriverTimeout) \
+    code = (
+        grpc.StatusCode.DEADLINE_EXCEEDED
+        if isinstance(exc, DriverTimeout)
         else grpc.StatusCode.INTERNAL
+    )
     return Refusal(code, str(exc))
 
 
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     """Serves one resource of one driver."""
 
-    def __init__(self, resource: str, driver: Driver, state: ResourceState,
-                 timeout: float) -> None:
+    def __init__(self, resource: str, driver: Driver, state: ResourceState, timeout: float) -> None:
         self.resource = resource
         self.driver = driver
         self.state = state
@@ -73,9 +81,13 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         version = self.state.version
         if self._list is None or self._list[0] != version:
             devices = [
-                pb.Device(ID=d.id, health=str(d.health),
-                          topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=n) for n in d.numa_nodes])
-                          if d.numa_nodes else None)
+                pb.Device(
+                    ID=d.id,
+                    health=str(d.health),
+                    topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=n) for n in d.numa_nodes])
+                    if d.numa_nodes
+                    else None,
+                )
                 for d in self.state.devices.values()
             ]
             self._list = (version, pb.ListAndWatchResponse(devices=devices))
@@ -84,21 +96,28 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     def check_known(self, device_ids: Sequence[str], *, healthy: bool) -> None:
         """Refuse empty, duplicate, unknown and (when ``healthy``) unhealthy device IDs."""
         if not device_ids:
-            raise Refusal(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"resource {self.resource!r}: the request names no device")
+            raise Refusal(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"resource {self.resource!r}: the request names no device",
+            )
         if len(set(device_ids)) != len(device_ids):
-            raise Refusal(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"resource {self.resource!r}: a device ID is named twice in "
-                          f"{list(device_ids)!r}")
+            raise Refusal(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"resource {self.resource!r}: a device ID is named twice in {list(device_ids)!r}",
+            )
         devices = self.state.devices
         for device_id in device_ids:
             device = devices.get(device_id)
             if device is None:
-                raise Refusal(grpc.StatusCode.INVALID_ARGUMENT,
-                              f"unknown device ID {device_id!r} for resource {self.resource!r}")
+                raise Refusal(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"unknown device ID {device_id!r} for resource {self.resource!r}",
+                )
             if healthy and not device.healthy:
-                raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
-                              f"device {device_id!r} of resource {self.resource!r} is Unhealthy")
+                raise Refusal(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"device {device_id!r} of resource {self.resource!r} is Unhealthy",
+                )
 
     async def call_driver(self, hook: str, **kwargs: Any) -> Any:
         try:
@@ -113,9 +132,13 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         self.check_known(device_ids, healthy=True)
         allocation = await self.call_driver("devicehost_allocate", device_ids=list(device_ids))
         if not isinstance(allocation, Allocation):
-            raise driver_refusal(DriverError(
-                self.driver.name, "devicehost_allocate",
-                f"returned {type(allocation).__name__}, expected Allocation"))
+            raise driver_refusal(
+                DriverError(
+                    self.driver.name,
+                    "devicehost_allocate",
+                    f"returned {type(allocation).__name__}, expected Allocation",
+                )
+            )
         return allocation_to_pb(allocation)
 
     async def prefer_one(self, request: pb.ContainerPreferredAllocationRequest) -> list[str]:
@@ -124,30 +147,49 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         size = request.allocation_size
         where = f"resource {self.resource!r}"
         if size <= 0 or size > len(available):
-            raise Refusal(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"{where}: cannot choose {size} of {len(available)} available devices")
+            raise Refusal(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{where}: cannot choose {size} of {len(available)} available devices",
+            )
         missing = [i for i in must if i not in set(available)]
         if missing or len(must) > size:
-            raise Refusal(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"{where}: must-include devices {must!r} are not all available, or "
-                          f"more than the {size} requested")
+            raise Refusal(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{where}: must-include devices {must!r} are not all available, or "
+                f"more than the {size} requested",
+            )
         self.check_known(available, healthy=False)
         if self.driver.implements("devicehost_preferred_allocation"):
             try:
                 chosen = await self.driver.acall(
-                    "devicehost_preferred_allocation", self.timeout, resource=self.resource,
-                    available=available, must_include=must, size=size)
+                    "devicehost_preferred_allocation",
+                    self.timeout,
+                    resource=self.resource,
+                    available=available,
+                    must_include=must,
+                    size=size,
+                )
             except DriverError as exc:
                 log.error("%s; using the host's default choice for %s", exc, where)
                 chosen = None
             if chosen is not None:
                 chosen = list(chosen)
-                if (len(chosen) == size and len(set(chosen)) == size
-                        and set(chosen) <= set(available) and set(must) <= set(chosen)):
+                if (
+                    len(chosen) == size
+                    and len(set(chosen)) == size
+                    and set(chosen) <= set(available)
+                    and set(must) <= set(chosen)
+                ):
                     return chosen
-                log.error("driver %r, hook devicehost_preferred_allocation: returned %r, not %d "
-                          "distinct available IDs with %r; using the host's default for %s",
-                          self.driver.name, chosen, size, must, where)
+                log.error(
+                    "driver %r, hook devicehost_preferred_allocation: returned %r, not %d "
+                    "distinct available IDs with %r; using the host's default for %s",
+                    self.driver.name,
+                    chosen,
+                    size,
+                    must,
+                    where,
+                )
         return preferred_allocation(self.state.devices, available, must, size)
 
     async def pre_start(self, device_ids: Sequence[str]) -> None:
@@ -157,13 +199,14 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
 
     # -- gRPC ------------------------------------------------------------------------------
 
-    async def GetDevicePluginOptions(self, request: pb.Empty,
-                                     context: grpc.aio.ServicerContext[Any, Any]
-                                     ) -> pb.DevicePluginOptions:
+    async def GetDevicePluginOptions(
+        self, request: pb.Empty, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DevicePluginOptions:
         return self.options
 
-    async def ListAndWatch(self, request: pb.Empty, context: grpc.aio.ServicerContext[Any, Any]
-                           ) -> AsyncIterator[pb.ListAndWatchResponse]:
+    async def ListAndWatch(
+        self, request: pb.Empty, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.ListAndWatchResponse]:
         version = -1
         while not self.state.closed:
             if version != self.state.version:
@@ -171,28 +214,32 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 yield self._device_list()
             await self.state.wait_newer(version)
 
-    async def Allocate(self, request: pb.AllocateRequest,
-                       context: grpc.aio.ServicerContext[Any, Any]) -> pb.AllocateResponse:
+    async def Allocate(
+        self, request: pb.AllocateRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.AllocateResponse:
         try:
-            responses = [await self.allocate_one(list(c.devices_ids))
-                         for c in request.container_requests]
+            responses = [
+                await self.allocate_one(list(c.devices_ids)) for c in request.container_requests
+            ]
         except Refusal as refusal:
             await context.abort(refusal.code, refusal.message)
         return pb.AllocateResponse(container_responses=responses)
 
-    async def GetPreferredAllocation(self, request: pb.PreferredAllocationRequest,
-                                     context: grpc.aio.ServicerContext[Any, Any]
-                                     ) -> pb.PreferredAllocationResponse:
+    async def GetPreferredAllocation(
+        self, request: pb.PreferredAllocationRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.PreferredAllocationResponse:
         try:
-            answers = [pb.ContainerPreferredAllocationResponse(deviceIDs=await self.prefer_one(c))
-                       for c in request.container_requests]
+            answers = [
+                pb.ContainerPreferredAllocationResponse(deviceIDs=await self.prefer_one(c))
+                for c in request.container_requests
+            ]
         except Refusal as refusal:
             await context.abort(refusal.code, refusal.message)
         return pb.PreferredAllocationResponse(container_responses=answers)
 
-    async def PreStartContainer(self, request: pb.PreStartContainerRequest,
-                                context: grpc.aio.ServicerContext[Any, Any]
-                                ) -> pb.PreStartContainerResponse:
+    async def PreStartContainer(
+        self, request: pb.PreStartContainerRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.PreStartContainerResponse:
         try:
             await self.pre_start(list(request.devices_ids))
         except Refusal as refusal:

@@ -27,9 +27,16 @@ class Diff:
         return bool(self.added or self.removed or self.unhealthy or self.healthy)
 
     def __str__(self) -> str:
-        parts = [f"{label} {', '.join(ids)}" for label, ids in (
-            ("added", self.added), ("removed", self.removed),
-            ("now Unhealthy", self.unhealthy), ("now Healthy", self.healthy)) if ids]
+        parts = [
+            f"{label} {', '.join(ids)}"
+            for label, ids in (
+                ("added", self.added),
+                ("removed", self.removed),
+                ("now Unhealthy", self.unhealthy),
+                ("now Healthy", self.healthy),
+            )
+            if ids
+        ]
         return "; ".join(parts)
 
 

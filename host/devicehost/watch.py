@@ -41,8 +41,9 @@ def file_identity(path: Path) -> FileIdentity | None:
 class DirectoryWatcher:
     """Sets every subscriber's event when ``directory`` changes (inotify or polling)."""
 
-    def __init__(self, directory: Path, poll_interval: float = 0.2,
-                 safety_interval: float = 5.0) -> None:
+    def __init__(
+        self, directory: Path, poll_interval: float = 0.2, safety_interval: float = 5.0
+    ) -> None:
         self.directory = directory
         self.poll_interval = poll_interval
         self.safety_interval = safety_interval
@@ -136,7 +137,8 @@ def _inotify_open(directory: Path) -> int | None:
     if libc.inotify_add_watch(fd, os.fsencode(directory), _IN_MASK) < 0:
         err = ctypes.get_errno()
         os.close(fd)
-        log.warning("cannot watch %s with inotify (%s); polling instead", directory,
-                    os.strerror(err))
+        log.warning(
+            "cannot watch %s with inotify (%s); polling instead", directory, os.strerror(err)
+        )
         return None
     return int(fd)

@@ -39,8 +39,10 @@ def _health_file(root: Path, name: str) -> Path:
 
 
 def _names(root: Path) -> list[str]:
-    return sorted((p.name for p in (root / "dev").glob("widget[0-9]*")),
-                  key=lambda n: int(n.removeprefix("widget")))
+    return sorted(
+        (p.name for p in (root / "dev").glob("widget[0-9]*")),
+        key=lambda n: int(n.removeprefix("widget")),
+    )
 
 
 def _read_health(root: Path, name: str) -> Health:
@@ -82,8 +84,7 @@ def devicehost_enumerate(resource: str) -> Sequence[Device]:
     for name in _names(settings.root):
         numa = _health_file(settings.root, name).parent / "numa_node"
         nodes = (int(numa.read_text()),) if numa.exists() else ()
-        devices.append(Device(id=name, health=_read_health(settings.root, name),
-                              numa_nodes=nodes))
+        devices.append(Device(id=name, health=_read_health(settings.root, name), numa_nodes=nodes))
     return devices
 
 

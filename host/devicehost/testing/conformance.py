@@ -66,8 +66,9 @@ class _Battery:
         finally:
             elapsed = time.monotonic() - started
             if elapsed > self.timeout:
-                self.problems.append(f"{hook} took {elapsed:.2f} s, over the {self.timeout} s "
-                                     "hook timeout")
+                self.problems.append(
+                    f"{hook} took {elapsed:.2f} s, over the {self.timeout} s hook timeout"
+                )
             if elapsed > self.report.slowest_hook[1]:
                 self.report.slowest_hook = (hook, elapsed)
 
@@ -79,8 +80,9 @@ class _Battery:
             self.problems.append(str(exc))
             return
         if len(devices) != len(list(raw)):
-            self.problems.append(f"{name}: enumerate returned invalid or duplicate devices "
-                                 "(see the log for each)")
+            self.problems.append(
+                f"{name}: enumerate returned invalid or duplicate devices (see the log for each)"
+            )
         self.report.devices[name] = len(devices)
         healthy = [d.id for d in devices if d.healthy]
         self.report.healthy[name] = len(healthy)
@@ -88,8 +90,10 @@ class _Battery:
             self.allocation(name, [device_id])
         try:
             self.call("devicehost_allocate", resource=name, device_ids=[UNKNOWN_ID])
-            self.problems.append(f"{name}: allocate accepted the unknown ID {UNKNOWN_ID!r}; "
-                                 "it must raise (devicehost.UnknownDevice)")
+            self.problems.append(
+                f"{name}: allocate accepted the unknown ID {UNKNOWN_ID!r}; "
+                "it must raise (devicehost.UnknownDevice)"
+            )
         except DriverError:
             pass
         if self.driver.implements("devicehost_preferred_allocation") and healthy:
@@ -102,8 +106,9 @@ class _Battery:
             self.problems.append(f"{name}: allocating healthy {ids} failed: {exc}")
             return
         if not isinstance(result, Allocation):
-            self.problems.append(f"{name}: allocate({ids}) returned {type(result).__name__}, "
-                                 "expected Allocation")
+            self.problems.append(
+                f"{name}: allocate({ids}) returned {type(result).__name__}, expected Allocation"
+            )
         elif not (result.envs or result.mounts or result.devices or result.cdi_devices):
             self.problems.append(f"{name}: allocate({ids}) gave the container nothing")
 
@@ -111,23 +116,39 @@ class _Battery:
         for size in range(1, min(len(healthy), 4) + 1):
             must = healthy[-1:]
             try:
-                chosen = self.call("devicehost_preferred_allocation", resource=name,
-                                   available=healthy, must_include=must, size=size)
+                chosen = self.call(
+                    "devicehost_preferred_allocation",
+                    resource=name,
+                    available=healthy,
+                    must_include=must,
+                    size=size,
+                )
             except DriverError as exc:
                 self.problems.append(f"{name}: preferred_allocation(size={size}) raised: {exc}")
                 continue
             if chosen is None:
                 continue
             chosen = list(chosen)
-            if (len(chosen) != size or len(set(chosen)) != size
-                    or not set(chosen) <= set(healthy) or not set(must) <= set(chosen)):
-                self.problems.append(f"{name}: preferred_allocation(size={size}, must_include="
-                                     f"{must}) returned {chosen}")
+            if (
+                len(chosen) != size
+                or len(set(chosen)) != size
+                or not set(chosen) <= set(healthy)
+                or not set(must) <= set(chosen)
+            ):
+                self.problems.append(
+                    f"{name}: preferred_allocation(size={size}, must_include="
+                    f"{must}) returned {chosen}"
+                )
 
 
-def check_driver(name: str, root: os.PathLike[str] | str, *,
-                 config: Mapping[str, Any] | None = None, simulated: bool = False,
-                 timeout: float = 10.0) -> ConformanceReport:
+def check_driver(
+    name: str,
+    root: os.PathLike[str] | str,
+    *,
+    config: Mapping[str, Any] | None = None,
+    simulated: bool = False,
+    timeout: float = 10.0,
+) -> ConformanceReport:
     """Run the battery on the installed driver ``name``; raise ``ConformanceError`` on failure.
 
     With ``simulated=True`` the driver first builds its simulated hardware under ``root``
@@ -136,8 +157,13 @@ def check_driver(name: str, root: os.PathLike[str] | str, *,
     plugins = load_plugins(allow=[name])
     info = next((i for i in plugins.infos if i.name == name and i.kind == "driver"), None)
     if info is None:
-        raise ConformanceError(name, [f"no entry point {name!r} in group devicehost.drivers; "
-                                      "is the distribution installed?"])
+        raise ConformanceError(
+            name,
+            [
+                f"no entry point {name!r} in group devicehost.drivers; "
+                "is the distribution installed?"
+            ],
+        )
     if info.status is not DriverStatus.ACTIVE:
         raise ConformanceError(name, [f"driver is {info.status}: {info.reason}"])
     battery = _Battery(plugins.drivers[0], timeout)
@@ -145,8 +171,9 @@ def check_driver(name: str, root: os.PathLike[str] | str, *,
     try:
         if simulated:
             battery.call("devicehost_simulate", root=root)
-        battery.call("devicehost_configure", config=dict(config or {}), root=root,
-                     simulated=simulated)
+        battery.call(
+            "devicehost_configure", config=dict(config or {}), root=root, simulated=simulated
+        )
         results = battery.call("devicehost_resources")
         specs = [s for specs in results or () for s in specs or ()]
     except DriverError as exc:

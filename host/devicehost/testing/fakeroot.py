@@ -66,9 +66,17 @@ class FakeRoot:
                 child.unlink() if child.is_symlink() or not child.is_dir() else child.rmdir()
             target.rmdir()
 
-    def pci_device(self, address: str, *, vendor: str, device: str, numa_node: int = -1,
-                   driver: str | None = None, device_class: str = "0x030000",
-                   bus: str = "pci0000:00") -> str:
+    def pci_device(
+        self,
+        address: str,
+        *,
+        vendor: str,
+        device: str,
+        numa_node: int = -1,
+        driver: str | None = None,
+        device_class: str = "0x030000",
+        bus: str = "pci0000:00",
+    ) -> str:
         """A PCI function: ``/sys/devices/<bus>/<address>`` with its attributes and the
         ``/sys/bus/pci/devices/<address>`` link. Returns the device's root-relative path."""
         rel = f"/sys/devices/{bus}/{address}"

@@ -52,8 +52,10 @@ class HostThread:
 
     def call(self, fn: Any, *args: Any) -> Any:
         """Run ``fn(*args)`` on the host's loop (e.g. to read state) and return its result."""
+
         async def run() -> Any:
             return fn(*args)
+
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
 
     def stop(self, timeout: float = 10.0) -> None:

@@ -24,13 +24,16 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from devicehost.model import resource_name_problem
+
+if TYPE_CHECKING:
+    from devicehost._proto.deviceplugin.v1beta1.api_pb2_grpc import DevicePluginAsyncStub
 
 T = TypeVar("T")
 DeviceList = dict[str, pb.Device]
@@ -43,7 +46,7 @@ class PluginEndpoint:
 
     request: pb.RegisterRequest
     channel: grpc.aio.Channel
-    stub: pb_grpc.DevicePluginStub
+    stub: DevicePluginAsyncStub
     lists: list[DeviceList] = field(default_factory=list)
     stream: asyncio.Task[None] | None = None
     stream_error: str | None = None
@@ -52,8 +55,13 @@ class PluginEndpoint:
 class KubeletStandIn:
     """The kubelet's Registration service and device-manager client, for tests and demos."""
 
-    def __init__(self, plugin_dir: Path | str, *, reject: Mapping[str, str] | None = None,
-                 start: bool = False) -> None:
+    def __init__(
+        self,
+        plugin_dir: Path | str,
+        *,
+        reject: Mapping[str, str] | None = None,
+        start: bool = False,
+    ) -> None:
         self.plugin_dir = Path(plugin_dir)
         self.socket_path = self.plugin_dir / "kubelet.sock"
         #: resource name → reason: Register answers with an error, as a kubelet would.
@@ -64,8 +72,9 @@ class KubeletStandIn:
         self.restarts = 0
         self._cond = threading.Condition()
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="kubelet-stand-in",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="kubelet-stand-in", daemon=True
+        )
         self._server: grpc.aio.Server | None = None
         self._thread.start()
         if start:
@@ -75,15 +84,17 @@ class KubeletStandIn:
 
     def _run(self, awaitable: Awaitable[T], timeout: float | None = 30.0) -> T:
         """Await ``awaitable`` (a coroutine or a gRPC call) on the stand-in's loop."""
+
         async def wait() -> T:
             return await awaitable
+
         return asyncio.run_coroutine_threadsafe(wait(), self._loop).result(timeout)
 
     def _changed(self) -> None:
         with self._cond:
             self._cond.notify_all()
 
-    def _wait(self, predicate: Callable[[], T], timeout: float, what: str) -> T:
+    def _wait(self, predicate: Callable[[], T | None], timeout: float, what: str) -> T:
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
@@ -92,8 +103,9 @@ class KubeletStandIn:
                     return result
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise TimeoutError(f"kubelet stand-in: timed out after {timeout} s waiting "
-                                       f"for {what}")
+                    raise TimeoutError(
+                        f"kubelet stand-in: timed out after {timeout} s waiting for {what}"
+                    )
                 self._cond.wait(remaining)
 
     # -- serving ----------------------------------------------------------------------------
@@ -108,7 +120,7 @@ class KubeletStandIn:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
         server = grpc.aio.server()
-        pb_grpc.add_RegistrationServicer_to_server(_Registration(self), server)  # type: ignore[no-untyped-call]
+        pb_grpc.add_RegistrationServicer_to_server(_Registration(self), server)
         server.add_insecure_port(f"unix:{self.socket_path}")
         await server.start()
         self._server = server
@@ -188,11 +200,13 @@ class KubeletStandIn:
                 await endpoint.stream
         await endpoint.channel.close()
 
-    def _stub(self, resource: str) -> pb_grpc.DevicePluginStub:
+    def _stub(self, resource: str) -> DevicePluginAsyncStub:
         endpoint = self.endpoints.get(resource)
         if endpoint is None:
-            raise LookupError(f"kubelet stand-in: resource {resource!r} is not registered "
-                              f"(registered: {sorted(self.endpoints)})")
+            raise LookupError(
+                f"kubelet stand-in: resource {resource!r} is not registered "
+                f"(registered: {sorted(self.endpoints)})"
+            )
         return endpoint.stub
 
     # -- what tests ask -----------------------------------------------------------------------
@@ -203,22 +217,31 @@ class KubeletStandIn:
     def registration_count(self, resource: str) -> int:
         """How many times ``resource`` has been registered and accepted."""
         with self._cond:
-            return sum(1 for r in self.registrations if r.resource_name == resource
-                       and r.resource_name not in self.reject)
+            return sum(
+                1
+                for r in self.registrations
+                if r.resource_name == resource and r.resource_name not in self.reject
+            )
 
-    def wait_registered(self, resource: str, timeout: float = 10.0, count: int = 1
-                        ) -> pb.RegisterRequest:
+    def wait_registered(
+        self, resource: str, timeout: float = 10.0, count: int = 1
+    ) -> pb.RegisterRequest:
         """Block until ``resource`` has been accepted ``count`` times; return the last request."""
+
         def done() -> pb.RegisterRequest | None:
             if self.registration_count(resource) >= count and resource in self.endpoints:
                 return self.endpoints[resource].request
             return None
+
         return self._wait(done, timeout, f"registration #{count} of {resource!r}")
 
     def wait_attempts(self, resource: str, count: int, timeout: float = 10.0) -> None:
         """Block until ``count`` RegisterRequests for ``resource`` arrived (accepted or not)."""
-        self._wait(lambda: sum(r.resource_name == resource for r in self.registrations) >= count,
-                   timeout, f"{count} registration attempts of {resource!r}")
+        self._wait(
+            lambda: sum(r.resource_name == resource for r in self.registrations) >= count,
+            timeout,
+            f"{count} registration attempts of {resource!r}",
+        )
 
     def devices(self, resource: str) -> DeviceList:
         """The latest device list received for ``resource`` (empty before the first)."""
@@ -235,43 +258,65 @@ class KubeletStandIn:
             endpoint = self.endpoints.get(resource)
             return list(endpoint.lists) if endpoint else []
 
-    def wait_devices(self, resource: str, predicate: Callable[[DeviceList], bool],
-                     timeout: float = 10.0) -> DeviceList:
+    def wait_devices(
+        self, resource: str, predicate: Callable[[DeviceList], bool], timeout: float = 10.0
+    ) -> DeviceList:
         """Block until the latest list of ``resource`` satisfies ``predicate``; return it."""
+
         def done() -> DeviceList | None:
             endpoint = self.endpoints.get(resource)
             if endpoint and endpoint.lists and predicate(endpoint.lists[-1]):
                 return dict(endpoint.lists[-1])
             return None
+
         return self._wait(done, timeout, f"a device list of {resource!r} matching the predicate")
 
-    def wait_health(self, resource: str, device_id: str, health: str,
-                    timeout: float = 10.0) -> DeviceList:
+    def wait_health(
+        self, resource: str, device_id: str, health: str, timeout: float = 10.0
+    ) -> DeviceList:
         return self.wait_devices(
-            resource, lambda d: device_id in d and d[device_id].health == health, timeout)
+            resource, lambda d: device_id in d and d[device_id].health == health, timeout
+        )
 
     def options(self, resource: str) -> pb.DevicePluginOptions:
         return self._run(self._stub(resource).GetDevicePluginOptions(pb.Empty()))
 
-    def allocate(self, resource: str, containers: Sequence[Sequence[str]],
-                 timeout: float | None = 30.0) -> pb.AllocateResponse:
+    def allocate(
+        self, resource: str, containers: Sequence[Sequence[str]], timeout: float | None = 30.0
+    ) -> pb.AllocateResponse:
         """Call Allocate with one ContainerAllocateRequest per list of IDs."""
-        request = pb.AllocateRequest(container_requests=[
-            pb.ContainerAllocateRequest(devices_ids=list(ids)) for ids in containers])
+        request = pb.AllocateRequest(
+            container_requests=[
+                pb.ContainerAllocateRequest(devices_ids=list(ids)) for ids in containers
+            ]
+        )
         return self._run(self._stub(resource).Allocate(request, timeout=timeout), None)
 
-    def preferred_allocation(self, resource: str, available: Sequence[str],
-                             must_include: Sequence[str] = (), size: int = 1) -> list[str]:
-        request = pb.PreferredAllocationRequest(container_requests=[
-            pb.ContainerPreferredAllocationRequest(
-                available_deviceIDs=list(available), must_include_deviceIDs=list(must_include),
-                allocation_size=size)])
+    def preferred_allocation(
+        self,
+        resource: str,
+        available: Sequence[str],
+        must_include: Sequence[str] = (),
+        size: int = 1,
+    ) -> list[str]:
+        request = pb.PreferredAllocationRequest(
+            container_requests=[
+                pb.ContainerPreferredAllocationRequest(
+                    available_deviceIDs=list(available),
+                    must_include_deviceIDs=list(must_include),
+                    allocation_size=size,
+                )
+            ]
+        )
         response = self._run(self._stub(resource).GetPreferredAllocation(request))
         return list(response.container_responses[0].deviceIDs)
 
     def pre_start(self, resource: str, device_ids: Sequence[str]) -> None:
-        self._run(self._stub(resource).PreStartContainer(
-            pb.PreStartContainerRequest(devices_ids=list(device_ids))))
+        self._run(
+            self._stub(resource).PreStartContainer(
+                pb.PreStartContainerRequest(devices_ids=list(device_ids))
+            )
+        )
 
 
 class _Registration(pb_grpc.RegistrationServicer):
@@ -280,16 +325,19 @@ class _Registration(pb_grpc.RegistrationServicer):
     def __init__(self, kubelet: KubeletStandIn) -> None:
         self.kubelet = kubelet
 
-    async def Register(self, request: pb.RegisterRequest,
-                       context: grpc.aio.ServicerContext[Any, Any]) -> pb.Empty:
+    async def Register(
+        self, request: pb.RegisterRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.Empty:
         kubelet = self.kubelet
         with kubelet._cond:
             kubelet.registrations.append(request)
             kubelet._cond.notify_all()
         problem = None
         if request.version not in SUPPORTED_VERSIONS:
-            problem = (f"requested device plugin API version {request.version!r} is not "
-                       f"supported by the kubelet; supported: {', '.join(SUPPORTED_VERSIONS)}")
+            problem = (
+                f"requested device plugin API version {request.version!r} is not "
+                f"supported by the kubelet; supported: {', '.join(SUPPORTED_VERSIONS)}"
+            )
         elif resource_name_problem(request.resource_name):
             problem = f"invalid name of device plugin socket: {request.resource_name!r}"
         elif not request.endpoint or "/" in request.endpoint:

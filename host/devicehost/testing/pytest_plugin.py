@@ -46,9 +46,17 @@ def kubelet(plugin_dir: Path) -> Iterator[KubeletStandIn]:
 
 @pytest.fixture
 def host_config(plugin_dir: Path, fake_root: FakeRoot) -> HostConfig:
-    return HostConfig(plugin_dir=plugin_dir, root=fake_root.path, pod_resources_socket=None,
-                      metrics_address="", scan_interval=10.0, hook_timeout=2.0,
-                      initial_backoff=0.05, max_backoff=0.5, rejected_backoff=0.5)
+    return HostConfig(
+        plugin_dir=plugin_dir,
+        root=fake_root.path,
+        pod_resources_socket=None,
+        metrics_address="",
+        scan_interval=10.0,
+        hook_timeout=2.0,
+        initial_backoff=0.05,
+        max_backoff=0.5,
+        rejected_backoff=0.5,
+    )
 
 
 @pytest.fixture

@@ -1,0 +1,68 @@
+"""Host test helpers: install test drivers as real distributions with real entry points.
+
+``install(...)`` writes ``<dist>-1.0.dist-info`` directories (METADATA and
+entry_points.txt, as pip would) into a fresh site directory at the front of ``sys.path``,
+so ``importlib.metadata`` discovers them exactly as it discovers pip-installed drivers.
+The fixtures of the shipped testing kit (``kubelet``, ``run_host``, ``fake_root``, …)
+come from the ``pytest11`` entry point.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+
+def write_distribution(site: Path, dist: str, entry_points: dict[str, dict[str, str]]) -> None:
+    info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    lines = []
+    for group, points in entry_points.items():
+        lines.append(f"[{group}]")
+        lines += [f"{name} = {target}" for name, target in points.items()]
+    (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+
+
+Install = Callable[..., None]
+
+
+@pytest.fixture
+def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Install:
+    """``install(dist, drivers={name: target}, policies={name: target})``."""
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+
+    def add(
+        dist: str, drivers: dict[str, str] | None = None, policies: dict[str, str] | None = None
+    ) -> None:
+        groups = {}
+        if drivers:
+            groups["devicehost.drivers"] = drivers
+        if policies:
+            groups["devicehost.policies"] = policies
+        write_distribution(site, dist, groups)
+
+    return add
+
+
+SCRIPTED = "testdrivers.scripted:Scripted"
+
+
+def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> None:
+    """Wait until ``predicate()`` is true (for state that settles just after an event)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met within {timeout} s")
+        time.sleep(0.01)

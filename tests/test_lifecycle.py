@@ -1,0 +1,235 @@
+"""Serve → register → watch, across kubelet restarts, late or rejecting kubelets, signals."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import SCRIPTED, eventually, write_distribution
+from devicehost.testing import HostThread, KubeletStandIn
+
+RES = "test.example/dev"
+SOCKET = "devicehost-test.example_dev.sock"
+
+
+def section(count=2, **extra):
+    return {"resources": {RES: count}, **extra}
+
+
+def test_kubelet_restart_reregisters(install, run_host, kubelet):
+    """After the kubelet deletes every socket and re-creates kubelet.sock, we register again
+    on a fresh socket and stream the devices again."""
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    run_host(enabled_drivers=("alpha",), drivers={"alpha": section()})
+    kubelet.wait_registered(RES)
+    kubelet.restart()
+    kubelet.wait_registered(RES, count=2)
+    kubelet.wait_devices(RES, lambda d: len(d) == 2)
+    assert (kubelet.plugin_dir / SOCKET).is_socket()
+
+
+def test_removed_plugin_socket_is_served_again(install, run_host, kubelet):
+    """Our socket deleted while the kubelet stays up: serve again and re-register."""
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    run_host(enabled_drivers=("alpha",), drivers={"alpha": section()})
+    kubelet.wait_registered(RES)
+    os.unlink(kubelet.plugin_dir / SOCKET)
+    kubelet.wait_registered(RES, count=2)
+    assert kubelet.allocate(RES, [["dev-0"]]).container_responses
+
+
+def test_restart_is_detected_by_polling_without_inotify(install, host_config, kubelet):
+    """Where inotify is unavailable, the polling fallback notices the restart."""
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    thread = HostThread(host_config, enabled_drivers=("alpha",), drivers={"alpha": section()})
+    thread.host.use_inotify = False
+    with thread:
+        kubelet.wait_registered(RES)
+        assert thread.host.watcher.mode == "polling"
+        kubelet.restart()
+        kubelet.wait_registered(RES, count=2)
+
+
+def test_kubelet_that_appears_late_is_waited_for(install, run_host, plugin_dir):
+    """With no kubelet at start, the host serves, retries, and registers once it appears."""
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    host = run_host(enabled_drivers=("alpha",), drivers={"alpha": section()})
+    assert (plugin_dir / SOCKET).is_socket()
+    assert not host.call(lambda: host.host.ready)
+    time.sleep(0.3)  # let a few attempts fail first
+    with KubeletStandIn(plugin_dir, start=True) as kubelet:
+        kubelet.wait_registered(RES)
+        eventually(lambda: host.call(lambda: host.host.ready))
+
+
+def test_rejected_registration_is_logged_and_others_unaffected(install, run_host, kubelet, caplog):
+    """A resource the kubelet rejects is logged with the reason and retried; another
+    driver's resource registers normally."""
+    caplog.set_level(logging.ERROR, logger="devicehost")
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    install("devicehost-beta", drivers={"beta": SCRIPTED})
+    kubelet.reject["test.example/rejected"] = "resource name is already taken"
+    run_host(
+        enabled_drivers=("alpha", "beta"),
+        drivers={
+            "alpha": {"resources": {"test.example/rejected": 1}},
+            "beta": {"resources": {"test.example/fine": 1}, "prefix": "b"},
+        },
+    )
+    kubelet.wait_registered("test.example/fine")
+    kubelet.wait_attempts("test.example/rejected", 2)
+    assert any(
+        "kubelet rejected resource 'test.example/rejected'" in r.getMessage()
+        and "resource name is already taken" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+def test_two_drivers_serve_at_once(install, run_host, kubelet):
+    """Two drivers' resources are registered and allocate independently."""
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    install("devicehost-beta", drivers={"beta": SCRIPTED})
+    run_host(
+        enabled_drivers=("alpha", "beta"),
+        drivers={
+            "alpha": {"resources": {"test.example/a": 2}},
+            "beta": {"resources": {"test.example/b": 3}, "prefix": "b"},
+        },
+    )
+    kubelet.wait_registered("test.example/a")
+    kubelet.wait_registered("test.example/b")
+    assert (
+        kubelet.allocate("test.example/b", [["b-2"]])
+        .container_responses[0]
+        .envs["SCRIPTED_DEVICES"]
+        == "b-2"
+    )
+
+
+def test_failing_driver_does_not_touch_another(install, run_host, kubelet):
+    """A driver whose enumerate raises reports its devices Unhealthy after a rescan; the
+    other driver's devices stay Healthy and allocate."""
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    install("devicehost-beta", drivers={"beta": SCRIPTED})
+    host = run_host(
+        enabled_drivers=("alpha", "beta"),
+        drivers={
+            "alpha": {"resources": {"test.example/a": 2}},
+            "beta": {"resources": {"test.example/b": 2}, "prefix": "b"},
+        },
+    )
+    kubelet.wait_devices("test.example/a", lambda d: len(d) == 2)
+    alpha = host.host.resources["test.example/a"].driver.plugin
+    alpha.raising.add("devicehost_enumerate")
+    host.call(alpha.changed, "test.example/a")
+    kubelet.wait_devices(
+        "test.example/a", lambda d: {x.health for x in d.values()} == {"Unhealthy"}
+    )
+    kubelet.wait_registered("test.example/b")
+    assert kubelet.health("test.example/b") == {"b-0": "Healthy", "b-1": "Healthy"}
+    assert kubelet.allocate("test.example/b", [["b-0"]]).container_responses
+
+
+def test_hanging_driver_does_not_delay_another(install, run_host, kubelet):
+    """A driver hanging in enumerate stalls only itself: the other one registers."""
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    install("devicehost-beta", drivers={"beta": SCRIPTED})
+    run_host(
+        enabled_drivers=("alpha", "beta"),
+        hook_timeout=0.5,
+        drivers={
+            "alpha": {"resources": {"test.example/a": 2}, "hang": ["devicehost_enumerate"]},
+            "beta": {"resources": {"test.example/b": 2}, "prefix": "b"},
+        },
+    )
+    kubelet.wait_registered("test.example/b")
+    assert kubelet.allocate("test.example/b", [["b-1"]]).container_responses
+
+
+def test_same_resource_from_two_drivers_refuses_the_second(install, run_host, kubelet, caplog):
+    """Start-up names both distributions and serves the resource from the first only."""
+    caplog.set_level(logging.ERROR, logger="devicehost")
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    install("devicehost-beta", drivers={"beta": SCRIPTED})
+    host = run_host(
+        enabled_drivers=("alpha", "beta"), drivers={"alpha": section(), "beta": section(prefix="b")}
+    )
+    assert host.host.resources[RES].driver.name == "alpha"
+    message = next(r.getMessage() for r in caplog.records if "claimed by" in r.getMessage())
+    assert "devicehost-alpha" in message and "devicehost-beta" in message
+    kubelet.wait_registered(RES)
+    kubelet.wait_devices(RES, lambda d: sorted(d) == ["dev-0", "dev-1"])
+
+
+def test_stale_socket_and_planted_symlink_are_replaced(install, run_host, kubelet, tmp_path):
+    """A symlink planted at our socket path is removed, not followed: its target survives."""
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    (kubelet.plugin_dir / SOCKET).symlink_to(victim)
+    run_host(enabled_drivers=("alpha",), drivers={"alpha": section()})
+    kubelet.wait_registered(RES)
+    assert (kubelet.plugin_dir / SOCKET).is_socket()
+    assert victim.read_text() == "keep me"
+
+
+def test_stop_ends_streams_removes_sockets_and_shuts_drivers_down(install, run_host, kubelet):
+    """Stopping ends every stream cleanly, removes our socket and calls shutdown."""
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    host = run_host(enabled_drivers=("alpha",), drivers={"alpha": section()})
+    kubelet.wait_registered(RES)
+    driver = host.host.resources[RES].driver.plugin
+    host.stop()
+    kubelet._wait(lambda: kubelet.endpoints[RES].stream.done(), 5, "stream end")
+    assert kubelet.endpoints[RES].stream_error is None
+    assert not (kubelet.plugin_dir / SOCKET).exists()
+    assert ("devicehost_shutdown", {}) in driver.calls
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_process_cleanly(tmp_path, plugin_dir, signum):
+    """`devicehost run` exits 0 on SIGTERM/SIGINT within 5 s and removes its socket."""
+    site = tmp_path / "site"
+    write_distribution(site, "devicehost-alpha", {"devicehost.drivers": {"alpha": SCRIPTED}})
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "apiVersion: devicehost/v1\nkind: HostConfig\n"
+        f"drivers:\n  alpha:\n    resources: {{'{RES}': 1}}\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.path.dirname(__file__)])}
+    with KubeletStandIn(plugin_dir, start=True) as kubelet:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "devicehost.cli",
+                "run",
+                "--config",
+                str(config),
+                "--plugin-dir",
+                str(plugin_dir),
+                "--drivers",
+                "alpha",
+                "--metrics-address",
+                "",
+                "--pod-resources-socket",
+                "",
+            ],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            kubelet.wait_registered(RES, timeout=20)
+            process.send_signal(signum)
+            assert process.wait(timeout=5) == 0
+        finally:
+            process.kill()
+        assert not (plugin_dir / SOCKET).exists()
+        assert "stopped" in process.stderr.read()

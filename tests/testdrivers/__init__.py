@@ -1,0 +1,1 @@
+"""Drivers the host's tests install through real entry points (see conftest.install)."""
