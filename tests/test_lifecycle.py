@@ -131,8 +131,8 @@ def test_failing_driver_does_not_touch_another(install, run_host, kubelet):
     kubelet.wait_devices(
         "test.example/a", lambda d: {x.health for x in d.values()} == {"Unhealthy"}
     )
-    kubelet.wait_registered("test.example/b")
-    assert kubelet.health("test.example/b") == {"b-0": "Healthy", "b-1": "Healthy"}
+    healthy = {"b-0": "Healthy", "b-1": "Healthy"}
+    kubelet.wait_devices("test.example/b", lambda d: {i: x.health for i, x in d.items()} == healthy)
     assert kubelet.allocate("test.example/b", [["b-0"]]).container_responses
 
 

@@ -159,3 +159,15 @@ class Simulating(Scripted):
     ) -> None:
         count = 2 if simulated and (root / "dev" / "simulated0").exists() else 0
         super().devicehost_configure(config={"resources": {"test.example/sim": count}}, root=root)
+
+
+class Misbehaving(Scripted):
+    """Answers allocate with a dict and preferred_allocation with too many devices."""
+
+    @hookimpl
+    def devicehost_allocate(self, resource: str, device_ids: Sequence[str]) -> Any:
+        return {"envs": {"X": "1"}}
+
+    @hookimpl
+    def devicehost_preferred_allocation(self, available: Sequence[str], size: int) -> Any:
+        return list(available)[: size + 1]

@@ -22,7 +22,6 @@ import re
 from pathlib import Path
 
 from devicehost.sysfs import pci_numa_node, pci_path, read_attr
-
 from devicehost_rdma.hca import Hca, Port
 from devicehost_rdma.naming import natural_key
 

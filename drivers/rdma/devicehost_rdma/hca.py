@@ -32,7 +32,7 @@ def parse_state(text: str | None, names: dict[str, int] | None = None) -> int | 
     because some out-of-tree drivers write only the name."""
     if not text:
         return None
-    number, sep, name = text.partition(":")
+    number, sep, _ = text.partition(":")
     if sep and number.strip().isdigit():
         return int(number)
     return (names or _STATE_NAMES).get(text.strip().upper())

@@ -1,0 +1,259 @@
+"""A simulated DCMI library, and the fake ``/dev`` and sysfs tree that goes with it.
+
+It answers the ``Dcmi`` interface the way ``libdcmi.so`` does (cards, chips per card,
+logical and physical IDs, chip names, PCI addresses, health and error codes, vNPUs, one
+fault subscription per process), and it can be told what real hardware would do: a chip
+faults (health 3 plus an error code, and a pushed event) or recovers. ``devicehost demo``,
+``devicehost run --simulate`` and the tests use it; the driver above the interface cannot
+tell it from the real library.
+
+Presets (``simulatedNode``):
+
+- ``ascend910x8``: an 8-chip Ascend 910 training server as 8 cards × 1 chip, physical IDs
+  0–7, NUMA node 0 for 0–3 and 1 for 4–7 (two HCCS groups).
+- ``ascend910x8-vnpu``: the same, with chip 6 split into 2 × ``vir08`` and chip 7 into
+  4 × ``vir04`` vNPUs (IDs ``100 + 16 × physical ID + n``).
+- ``ascend310px4``: 2 Ascend 310P cards × 2 chips, NUMA 0 for card 0 and 1 for card 1.
+- ``mixed``: 4 Ascend 910 cards (IDs 0–3, NUMA 0) and 2 Ascend 310P cards × 2 chips
+  (IDs 4–7, NUMA 1).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from devicehost.testing.fakeroot import FakeRoot
+
+from devicehost_ascend.dcmi import (
+    ASSERTION_RAISED,
+    ASSERTION_RECOVERED,
+    HEALTH_OK,
+    DcmiError,
+    FaultCallback,
+    FaultEvent,
+    VirtualDevice,
+)
+
+HUAWEI_PCI_VENDOR = "0x19e5"
+PCI_DEVICE_IDS = {"910": "0xd801", "310P": "0xd500", "310": "0xd100"}
+#: What a simulated fault reports; a made-up code, labelled so in every message.
+SIMULATED_FAULT_CODE = 0x80E01801
+SIMULATED_FAULT_EVENT = 0x80E01801
+CRITICAL_HEALTH = 3
+SHARED_NODES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
+DRIVER_DIRS = ("/usr/local/Ascend/driver/lib64", "/usr/local/dcmi")
+DRIVER_FILES = ("/usr/local/bin/npu-smi",)
+
+ERR_OPER_NOT_PERMITTED = -8002
+ERR_INVALID_DEVICE_ID = -8007
+ERR_DEVICE_NOT_EXIST = -8008
+ERR_NOT_SUPPORT = -8255
+
+
+@dataclass(kw_only=True)
+class SimChip:
+    """One simulated NPU chip and its current state."""
+
+    phys_id: int
+    name: str
+    pci_address: str
+    numa_node: int
+    vnpus: list[VirtualDevice] = field(default_factory=list)
+    #: False: the chip fell off the bus; every per-chip DCMI call fails.
+    present: bool = True
+    health: int = HEALTH_OK
+    errors: list[int] = field(default_factory=list)
+    #: False: the chip answers "not supported" to vNPU queries (no virtualisation).
+    virtualisation: bool = True
+
+    @property
+    def pci_device_id(self) -> str:
+        name = self.name.upper()
+        key = next((k for k in ("310P", "910", "310") if name.startswith(k)), "910")
+        return PCI_DEVICE_IDS[key]
+
+
+def _pci(slot: int) -> tuple[str, int]:
+    """Address and NUMA node of chip slot ``slot``: 0–3 on the first socket, 4–7 on the
+    second."""
+    socket = slot // 4
+    return f"0000:{0x80 * socket + 1 + slot % 4:02x}:00.0", socket
+
+
+def _root_bus(numa_node: int) -> str:
+    return f"pci0000:{0x80 * numa_node:02x}"
+
+
+def _chip(phys_id: int, name: str, slot: int, vnpus: Sequence[VirtualDevice] = ()) -> SimChip:
+    address, numa = _pci(slot)
+    return SimChip(phys_id=phys_id, name=name, pci_address=address, numa_node=numa,
+                   vnpus=list(vnpus))
+
+
+def _vnpus(phys_id: int, template: str, cores: int, count: int) -> list[VirtualDevice]:
+    return [VirtualDevice(vdev_id=100 + 16 * phys_id + n, template=template,
+                          aicore=float(cores)) for n in range(count)]
+
+
+def preset_cards(name: str) -> list[list[SimChip]]:
+    """The cards of preset ``name`` (see the module docstring)."""
+    if name == "ascend910x8":
+        return [[_chip(i, "910A", i)] for i in range(8)]
+    if name == "ascend910x8-vnpu":
+        cards = preset_cards("ascend910x8")
+        cards[6][0].vnpus = _vnpus(6, "vir08", 8, 2)
+        cards[7][0].vnpus = _vnpus(7, "vir04", 4, 4)
+        return cards
+    if name == "ascend310px4":
+        return [[_chip(0, "310P3", 0), _chip(1, "310P3", 1)],
+                [_chip(2, "310P3", 4), _chip(3, "310P3", 5)]]
+    if name == "mixed":
+        return ([[_chip(i, "910A", i)] for i in range(4)]
+                + [[_chip(4, "310P3", 4), _chip(5, "310P3", 5)],
+                   [_chip(6, "310P3", 6), _chip(7, "310P3", 7)]])
+    raise ValueError(f"unknown simulated node {name!r}")
+
+
+class SimulatedDcmi:
+    """The ``Dcmi`` interface over simulated chips, plus the hardware's side of faults."""
+
+    def __init__(self, cards: Sequence[Sequence[SimChip]], *, fault_events: bool = True,
+                 label: str = "custom") -> None:
+        self.cards = [list(card) for card in cards]
+        self.fault_events = fault_events
+        self.label = label
+        self._chips = [chip for card in self.cards for chip in card]  # index = logical ID
+        self._callback: FaultCallback | None = None
+        self._lock = threading.Lock()
+        self.closed = False
+
+    @classmethod
+    def preset(cls, name: str) -> SimulatedDcmi:
+        return cls(preset_cards(name), label=name)
+
+    @property
+    def description(self) -> str:
+        return f"simulated DCMI ({self.label})"
+
+    # -- the Dcmi interface --------------------------------------------------------------
+
+    def _at(self, call: str, card: int, chip: int) -> SimChip:
+        if not 0 <= card < len(self.cards) or not 0 <= chip < len(self.cards[card]):
+            raise DcmiError(call, ERR_INVALID_DEVICE_ID)
+        found = self.cards[card][chip]
+        if not found.present:
+            raise DcmiError(call, ERR_DEVICE_NOT_EXIST)
+        return found
+
+    def card_ids(self) -> list[int]:
+        return list(range(len(self.cards)))
+
+    def chip_count(self, card: int) -> int:
+        if not 0 <= card < len(self.cards):
+            raise DcmiError("dcmi_get_device_num_in_card", ERR_INVALID_DEVICE_ID)
+        return len(self.cards[card])
+
+    def logic_id(self, card: int, chip: int) -> int:
+        return self._chips.index(self._at("dcmi_get_device_logic_id", card, chip))
+
+    def physical_id(self, logic_id: int) -> int:
+        if not 0 <= logic_id < len(self._chips):
+            raise DcmiError("dcmi_get_device_phyid_from_logicid", ERR_INVALID_DEVICE_ID)
+        return self._chips[logic_id].phys_id
+
+    def chip_name(self, card: int, chip: int) -> str:
+        return self._at("dcmi_get_device_chip_info", card, chip).name
+
+    def pci_address(self, card: int, chip: int) -> str:
+        return self._at("dcmi_get_device_pcie_info_v2", card, chip).pci_address
+
+    def health(self, card: int, chip: int) -> int:
+        with self._lock:
+            return self._at("dcmi_get_device_health", card, chip).health
+
+    def error_codes(self, card: int, chip: int) -> list[int]:
+        with self._lock:
+            return list(self._at("dcmi_get_device_errorcode_v2", card, chip).errors)
+
+    def virtual_devices(self, card: int, chip: int) -> list[VirtualDevice]:
+        found = self._at("dcmi_get_device_info", card, chip)
+        if not found.virtualisation:
+            raise DcmiError("dcmi_get_device_info", ERR_NOT_SUPPORT)
+        return list(found.vnpus)
+
+    def subscribe_faults(self, callback: FaultCallback) -> bool:
+        if not self.fault_events:
+            return False
+        with self._lock:
+            if self._callback is not None:  # as DCMI: once per process
+                raise DcmiError("dcmi_subscribe_fault_event", ERR_OPER_NOT_PERMITTED)
+            self._callback = callback
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+    # -- what the hardware does ------------------------------------------------------------
+
+    def chip_by_phys(self, phys_id: int) -> SimChip:
+        found = next((c for c in self._chips if c.phys_id == phys_id), None)
+        if found is None:
+            raise KeyError(f"no simulated chip with physical ID {phys_id}")
+        return found
+
+    def _push(self, chip: SimChip, assertion: int, name: str) -> None:
+        callback = self._callback
+        if callback is not None:  # called outside the lock, as DCMI's own thread would
+            callback(FaultEvent(logic_id=self._chips.index(chip), event_id=SIMULATED_FAULT_EVENT,
+                                severity=CRITICAL_HEALTH, assertion=assertion, name=name))
+
+    def inject_fault(self, phys_id: int, code: int = SIMULATED_FAULT_CODE,
+                     health: int = CRITICAL_HEALTH) -> None:
+        """The chip faults: its health and error codes say so, and an event is pushed."""
+        chip = self.chip_by_phys(phys_id)
+        with self._lock:
+            chip.health = health
+            if code not in chip.errors:
+                chip.errors.append(code)
+        self._push(chip, ASSERTION_RAISED, "simulated fault")
+
+    def recover(self, phys_id: int) -> None:
+        """The fault clears (e.g. after a reset): health 0, no error codes, an event."""
+        chip = self.chip_by_phys(phys_id)
+        with self._lock:
+            chip.health, chip.errors = HEALTH_OK, []
+            chip.present = True
+        self._push(chip, ASSERTION_RECOVERED, "simulated recovery")
+
+    # -- the tree the driver reads -----------------------------------------------------------
+
+    def build_tree(self, root: Path) -> None:
+        """``/dev/davinciN``, ``/dev/vdavinciN``, the shared nodes, the chips' PCI devices
+        (with NUMA nodes) and the driver files that get mounted, under ``root``."""
+        fake = FakeRoot(root)
+        for chip in self._chips:
+            fake.char_device(f"/dev/davinci{chip.phys_id}")
+            for vnpu in chip.vnpus:
+                fake.char_device(f"/dev/vdavinci{vnpu.vdev_id}")
+            fake.pci_device(chip.pci_address, vendor=HUAWEI_PCI_VENDOR,
+                            device=chip.pci_device_id, numa_node=chip.numa_node,
+                            device_class="0x120000", bus=_root_bus(chip.numa_node))
+        for node in SHARED_NODES:
+            fake.char_device(node)
+        for directory in DRIVER_DIRS:
+            fake.mkdir(directory)
+        for path in DRIVER_FILES:
+            fake.write(path, "#!/bin/sh\necho simulated npu-smi\n")
+
+    def remove_tree(self, root: Path) -> None:
+        """Undo ``build_tree`` for this node's chips (before building another preset)."""
+        fake = FakeRoot(root)
+        for chip in self._chips:
+            fake.remove(f"/dev/davinci{chip.phys_id}")
+            for vnpu in chip.vnpus:
+                fake.remove(f"/dev/vdavinci{vnpu.vdev_id}")
+            fake.remove(f"/sys/bus/pci/devices/{chip.pci_address}")
+            fake.remove(f"/sys/devices/{_root_bus(chip.numa_node)}/{chip.pci_address}")

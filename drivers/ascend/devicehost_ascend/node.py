@@ -1,0 +1,174 @@
+"""One configured node: its NPUs, how their health is read, and how they are handed out.
+
+``open_node`` decides how the node is seen: through DCMI when a library is usable (real
+or simulated, the same code), else through the ``/dev/davinciN`` nodes with the chip type
+from config, else not at all (``DriverUnavailable`` with the reason). The driver's hooks
+are thin calls into the ``AscendNode`` it returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from devicehost import Allocation, Device, DriverUnavailable, Health, UnknownDevice
+
+from devicehost_ascend import devfs, inventory
+from devicehost_ascend.allocation import Allocator
+from devicehost_ascend.config import AscendConfig
+from devicehost_ascend.dcmi import Dcmi
+from devicehost_ascend.health import HEALTHY, ChipHealth, DcmiHealth, FaultHub
+from devicehost_ascend.inventory import Inventory, NpuDevice
+from devicehost_ascend.topology import choose
+
+log = logging.getLogger(__name__)
+
+HCCS_FAMILY = "Ascend910"
+
+
+class AscendNode:
+    """The node's devices per resource, their health now, and their allocations."""
+
+    def __init__(self, *, config: AscendConfig, root: Path, found: Inventory,
+                 notes: list[str], dcmi: Dcmi | None = None) -> None:
+        self.config = config
+        self.root = root
+        self.inventory = found
+        self.notes = notes
+        self.dcmi = dcmi
+        self.health = DcmiHealth(dcmi, config.ignored_error_codes) if dcmi else None
+        self.faults = FaultHub(dcmi) if dcmi else None
+        self.allocator = Allocator(config, root)
+        self.resources = tuple(found.devices)
+        self._last: dict[str, ChipHealth] = {}
+        self._lock = threading.Lock()
+        self.allocator.write_cdi_spec(found.all())
+
+    # -- devices ---------------------------------------------------------------------------
+
+    def _current(self) -> Inventory:
+        """The devices now: fixed when DCMI found them, re-read from /dev in fallback mode."""
+        if self.dcmi is not None:
+            return self.inventory
+        found = devfs.discover(self.root, self.config)
+        if found.all() != self.inventory.all():
+            self.inventory = found
+            self.allocator.write_cdi_spec(found.all())
+        return found
+
+    def _health_of(self, devices: Sequence[NpuDevice]) -> dict[str, ChipHealth]:
+        if self.health is None:
+            return {d.id: HEALTHY for d in devices}  # present under /dev: all we can know
+        chips = self.health.check_all(d.chip for d in devices if d.chip is not None)
+        return {d.id: chips[d.chip] if d.chip is not None else HEALTHY for d in devices}
+
+    def enumerate(self, resource: str) -> list[Device]:
+        devices = self._current().devices.get(resource, [])
+        states = self._health_of(devices)
+        self._log_changes(states)
+        return [Device(id=d.id, health=states[d.id].health, numa_nodes=d.numa_nodes)
+                for d in devices]
+
+    def snapshot(self, resource: str) -> dict[str, Health]:
+        """What the watch compares between polls."""
+        devices = self._current().devices.get(resource, [])
+        return {i: s.health for i, s in self._health_of(devices).items()}
+
+    def _log_changes(self, states: dict[str, ChipHealth]) -> None:
+        with self._lock:
+            for device_id, state in states.items():
+                before = self._last.get(device_id)
+                self._last[device_id] = state
+                if before is not None and before.health != state.health:
+                    log.warning("%s is %s%s", device_id, state.health,
+                                f": {state.reason}" if state.reason else "")
+
+    def device(self, resource: str, device_id: str) -> NpuDevice:
+        found = self._current().find(resource, device_id)
+        if found is None:
+            raise UnknownDevice(resource, device_id)
+        return found
+
+    # -- kubelet requests ---------------------------------------------------------------------
+
+    def allocate(self, resource: str, device_ids: Sequence[str]) -> Allocation:
+        return self.allocator.allocate([self.device(resource, i) for i in device_ids])
+
+    def preferred(self, resource: str, available: Sequence[str], must_include: Sequence[str],
+                  size: int) -> list[str] | None:
+        """HCCS-aware for whole Ascend 910 chips; None (the host's NUMA default) otherwise."""
+        group_size = self.config.hccs_group_size
+        devices = {d.id: d for d in self._current().devices.get(resource, [])}
+        wanted = list(available) + list(must_include)
+        if (group_size == 0 or len(set(must_include)) > size
+                or not all(i in devices for i in wanted)):
+            return None
+        chips = [devices[i] for i in wanted]
+        if any(d.virtual or d.family != HCCS_FAMILY or d.phys_id is None for d in chips):
+            return None
+        positions = {d.id: d.phys_id for d in chips if d.phys_id is not None}
+        return choose(available, must_include, size, positions, group_size)
+
+    # -- watching ------------------------------------------------------------------------------
+
+    def watch(self, resource: str, notify: Callable[[], None], stop: threading.Event) -> None:
+        """Notify on every pushed fault event and on any change seen by polling."""
+        if self.faults is not None:
+            self.faults.add(notify)
+        try:
+            seen = self.snapshot(resource)
+            while not stop.wait(self.config.health_poll_seconds):
+                now = self.snapshot(resource)
+                if now != seen:
+                    seen = now
+                    notify()
+        finally:
+            if self.faults is not None:
+                self.faults.remove(notify)
+
+    def close(self) -> None:
+        if self.dcmi is not None:
+            self.dcmi.close()
+
+
+def _dcmi_notes(dcmi: Dcmi, found: Inventory, faults: FaultHub, poll: float) -> list[str]:
+    count = len({d.phys_id for d in found.all()})
+    if faults.subscribed:
+        how = f"fault events pushed, health also polled every {poll:g} s"
+    else:
+        why = faults.problem or "not offered by this DCMI"
+        how = f"no fault-event subscription ({why}); health polled every {poll:g} s"
+    return [f"{count} NPU chips through {dcmi.description}; {how}", *found.notes]
+
+
+def open_node(config: AscendConfig, root: Path, dcmi: Dcmi | None,
+              dcmi_problem: str = "") -> AscendNode:
+    """The node as DCMI sees it, else as /dev shows it; ``DriverUnavailable`` otherwise."""
+    if dcmi is not None:
+        found = inventory.discover(dcmi, root)
+        if not found.devices:
+            dcmi.close()
+            detail = f" ({'; '.join(found.notes)})" if found.notes else ""
+            raise DriverUnavailable(f"{dcmi.description} reports no usable NPU chip{detail}")
+        node = AscendNode(config=config, root=root, found=found, notes=[], dcmi=dcmi)
+        assert node.faults is not None
+        node.faults.start()
+        node.notes = _dcmi_notes(dcmi, found, node.faults, config.health_poll_seconds)
+        return node
+    chips, vnpus = devfs.chip_nodes(root), devfs.vnpu_nodes(root)
+    if not chips and not vnpus:
+        raise DriverUnavailable(f"no Ascend NPU here: {dcmi_problem}, and no /dev/davinciN")
+    if not config.fallback_chip_type:
+        raise DriverUnavailable(
+            f"found {len(chips)} /dev/davinciN nodes but no usable DCMI ({dcmi_problem}); "
+            "without DCMI the chip type is unknown: set fallbackChipType (e.g. Ascend910) "
+            "to serve them")
+    found = devfs.discover(root, config)
+    numa = ("NUMA nodes from fallbackNumaNodes" if config.fallback_numa_nodes
+            else "no NUMA information (set fallbackNumaNodes)")
+    notes = [f"no usable DCMI library ({dcmi_problem}): serving /dev/davinciN as "
+             f"{config.fallback_chip_type} (fallbackChipType); health is only the nodes' "
+             f"presence; {numa}", *found.notes]
+    return AscendNode(config=config, root=root, found=found, notes=notes)

@@ -1,0 +1,135 @@
+"""The narrow NVML interface: only the calls this driver makes, nothing more.
+
+Everything above this module (discovery, health, topology, allocation) talks to an
+``Nvml``; below it sit two implementations: ``PynvmlLibrary`` wraps the real library
+through ``pynvml``, and ``SimulatedNvml`` models a node for tests and the demo. Both raise
+``NvmlError`` carrying NVML's own return codes, so the code above behaves identically on
+either. Handles are opaque: an implementation returns them and takes them back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+#: An opaque device (GPU or MIG device) or event-set handle.
+Handle = object
+
+# NVML return codes (nvmlReturn_t), the ones this driver tells apart.
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_RESET_REQUIRED = 16
+NVML_ERROR_UNKNOWN = 999
+
+# Event types (nvmlEventType*), a bit mask.
+EVENT_DOUBLE_BIT_ECC_ERROR = 0x2
+EVENT_XID_CRITICAL_ERROR = 0x8
+
+# GPU-to-GPU PCIe topology levels (nvmlGpuTopologyLevel_t): lower is closer.
+TOPOLOGY_INTERNAL = 0
+TOPOLOGY_SINGLE = 10
+TOPOLOGY_MULTIPLE = 20
+TOPOLOGY_HOSTBRIDGE = 30
+TOPOLOGY_NODE = 40
+TOPOLOGY_SYSTEM = 50
+
+#: "Not attributable to one MIG instance" in event data (NVML_VALUE_NOT_AVAILABLE).
+NO_INSTANCE = 0xFFFFFFFF
+#: NVML_NVLINK_MAX_LINKS in current NVML; older GPUs stop earlier (INVALID_ARGUMENT).
+NVLINK_MAX_LINKS = 36
+
+_ERROR_NAMES = {
+    NVML_ERROR_INVALID_ARGUMENT: "invalid argument",
+    NVML_ERROR_NOT_SUPPORTED: "not supported",
+    NVML_ERROR_NOT_FOUND: "not found",
+    NVML_ERROR_DRIVER_NOT_LOADED: "driver not loaded",
+    NVML_ERROR_TIMEOUT: "timeout",
+    NVML_ERROR_LIBRARY_NOT_FOUND: "NVML shared library not found",
+    NVML_ERROR_FUNCTION_NOT_FOUND: "function not found",
+    NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    NVML_ERROR_RESET_REQUIRED: "GPU requires reset",
+}
+
+
+class NvmlError(Exception):
+    """An NVML call failed; ``code`` is NVML's return code (``NVML_ERROR_*``)."""
+
+    def __init__(self, code: int, message: str = "") -> None:
+        self.code = code
+        text = message or _ERROR_NAMES.get(code, "NVML error")
+        super().__init__(f"{text} (NVML error {code})")
+
+
+@dataclass(frozen=True, slots=True)
+class MigAttributes:
+    """What ``nvmlDeviceGetAttributes`` tells about a MIG device (enough to name its profile)."""
+
+    gpu_instance_slice_count: int
+    compute_instance_slice_count: int
+    memory_size_mb: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemappedRows:
+    """``nvmlDeviceGetRemappedRows``: a pending remap or a failed one needs a GPU reset."""
+
+    corrected: int
+    uncorrected: int
+    pending: bool
+    failure: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlEvent:
+    """One event from ``nvmlEventSetWait``. ``device`` is the handle given to
+    ``device_register_events``; instance IDs are ``NO_INSTANCE`` unless MIG-scoped."""
+
+    device: Handle
+    event_type: int
+    event_data: int
+    gpu_instance_id: int = NO_INSTANCE
+    compute_instance_id: int = NO_INSTANCE
+
+
+class Nvml(Protocol):
+    """The NVML calls the driver needs; each maps to the NVML function of the same name."""
+
+    def init(self) -> None:
+        """nvmlInit. Raises NvmlError when the library or the kernel driver is missing."""
+
+    def shutdown(self) -> None: ...
+    def system_driver_version(self) -> str: ...
+    def device_count(self) -> int: ...
+    def device_handle_by_index(self, index: int) -> Handle: ...
+    def device_uuid(self, device: Handle) -> str: ...
+    def device_name(self, device: Handle) -> str: ...
+    def device_pci_bus_id(self, device: Handle) -> str:
+        """The PCI bus ID as NVML spells it, e.g. ``00000000:07:00.0``."""
+    def device_minor_number(self, device: Handle) -> int: ...
+    def device_memory_total(self, device: Handle) -> int:
+        """Total framebuffer memory in bytes."""
+    def device_mig_mode(self, device: Handle) -> tuple[int, int]:
+        """(current, pending), each 1 for enabled and 0 for disabled."""
+    def device_max_mig_device_count(self, device: Handle) -> int: ...
+    def device_mig_device_handle_by_index(self, device: Handle, index: int) -> Handle:
+        """Raises NvmlError(NOT_FOUND) for an empty slot."""
+    def device_gpu_instance_id(self, mig: Handle) -> int: ...
+    def device_compute_instance_id(self, mig: Handle) -> int: ...
+    def device_attributes(self, mig: Handle) -> MigAttributes: ...
+    def device_nvlink_state(self, device: Handle, link: int) -> bool: ...
+    def device_nvlink_remote_pci_bus_id(self, device: Handle, link: int) -> str: ...
+    def device_topology_common_ancestor(self, first: Handle, second: Handle) -> int: ...
+    def device_remapped_rows(self, device: Handle) -> RemappedRows: ...
+    def device_supported_event_types(self, device: Handle) -> int: ...
+    def event_set_create(self) -> Handle: ...
+    def device_register_events(self, device: Handle, event_types: int,
+                               event_set: Handle) -> None: ...
+    def event_set_wait(self, event_set: Handle, timeout_ms: int) -> NvmlEvent:
+        """Raises NvmlError(TIMEOUT) when no event arrived within ``timeout_ms``."""
+    def event_set_free(self, event_set: Handle) -> None: ...

@@ -1,0 +1,50 @@
+"""What a container gets for its HCAs: device nodes, the RDMA_DEVICES env, or CDI names.
+
+Default (CDI off), for HCAs ``mlx5_0`` and ``mlx5_1``::
+
+    envs    RDMA_DEVICES=mlx5_0,mlx5_1
+    devices /dev/infiniband/uverbs0, umad0, issm0, uverbs1, umad1, issm1, rdma_cm  (rw)
+
+With CDI on, the device nodes move into the driver's CDI spec and the response names
+``<kind>=mlx5_0``, ``<kind>=mlx5_1`` instead (the spec's common edits carry rdma_cm), so a
+CDI-enabled runtime injects exactly the same nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from devicehost import Allocation, DeviceNode
+from devicehost.cdi import cdi_name
+from devicehost_rdma.config import CdiSettings
+from devicehost_rdma.discovery import DEV_DIR, RDMA_CM
+from devicehost_rdma.hca import Hca
+from devicehost_rdma.naming import natural_key
+
+#: Comma-separated RDMA device names the container was given (for NCCL_IB_HCA, UCX_NET_DEVICES…).
+RDMA_DEVICES_ENV = "RDMA_DEVICES"
+PERMISSIONS = "rw"
+
+
+def device_node(name: str) -> DeviceNode:
+    """``/dev/infiniband/<name>``, the same path inside the container, read-write."""
+    return DeviceNode(host_path=f"{DEV_DIR}/{name}", permissions=PERMISSIONS)
+
+
+def hca_nodes(hca: Hca) -> tuple[DeviceNode, ...]:
+    """The character devices of one HCA (uverbs, then umad/issm per port)."""
+    return tuple(device_node(name) for name in hca.char_devices)
+
+
+def build_allocation(hcas: Sequence[Hca], *, rdma_cm: bool,
+                     cdi: CdiSettings | None = None) -> Allocation:
+    """The answer for a container given ``hcas`` (deduplicated, in natural order)."""
+    given = sorted({h.name: h for h in hcas}.values(), key=lambda h: natural_key(h.name))
+    envs = {RDMA_DEVICES_ENV: ",".join(h.name for h in given)}
+    if cdi is not None and cdi.enabled:
+        return Allocation(envs=envs,
+                          cdi_devices=tuple(cdi_name(cdi.kind, h.name) for h in given))
+    nodes = [node for hca in given for node in hca_nodes(hca)]
+    if rdma_cm:
+        nodes.append(device_node(RDMA_CM))
+    return Allocation(envs=envs, devices=tuple(nodes))

@@ -1,0 +1,173 @@
+"""One test (at least) per hook, through a real host and the kubelet stand-in.
+
+tests/test_docs.py fails when a hook in devicehost.hookspecs has no ``test_<hook>_…`` here.
+"""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from conftest import SCRIPTED, eventually
+
+from devicehost import Device
+from devicehost.errors import ConfigError
+from devicehost.plugins import DriverStatus
+
+RES = "test.example/dev"
+
+
+@pytest.fixture
+def alpha(install, run_host, kubelet):
+    def start(section=None, target=SCRIPTED, **overrides):
+        install("devicehost-alpha", drivers={"alpha": target})
+        section = {"resources": {RES: 2}} if section is None else section
+        host = run_host(enabled_drivers=("alpha",), drivers={"alpha": section}, **overrides)
+        return host
+
+    return start
+
+
+def info(host, name="alpha"):
+    return next(i for i in host.host.plugins.infos if i.name == name)
+
+
+def plugin(host):
+    return host.host.resources[RES].driver.plugin
+
+
+def test_simulate_builds_hardware_before_configure(alpha, kubelet):
+    """Under simulate, the driver builds its node under the root first, then serves it."""
+    host = alpha(target="testdrivers.scripted:Simulating", simulate=True)
+    kubelet.wait_devices("test.example/sim", lambda d: len(d) == 2)
+    calls = [c[0] for c in host.host.resources["test.example/sim"].driver.plugin.calls]
+    assert calls.index("devicehost_simulate") < calls.index("devicehost_configure")
+
+
+def test_configure_receives_its_section_and_root(alpha, host_config):
+    """configure gets the driver's own config section and the host root."""
+    host = alpha({"resources": {RES: 1}, "prefix": "p"})
+    configure = next(c for c in plugin(host).calls if c[0] == "devicehost_configure")
+    assert configure[1]["config"] == {"resources": {RES: 1}, "prefix": "p"}
+    assert plugin(host).root == host_config.root
+
+
+def test_configure_value_error_is_a_config_error_naming_the_key(alpha):
+    """A driver rejecting its section stops start-up with the driver's key path."""
+    with pytest.raises(ConfigError) as failed:
+        alpha({"resources": {RES: "many"}})
+    assert str(failed.value) == (
+        "config: drivers.alpha: resources.test.example/dev: expected a device count, got 'many'"
+    )
+
+
+def test_resources_empty_means_nothing_served(alpha, kubelet):
+    """A driver with no resources on this node registers nothing and stays active."""
+    host = alpha({"resources": {}})
+    assert host.host.resources == {}
+    assert info(host).status is DriverStatus.ACTIVE
+    assert kubelet.registrations == []
+
+
+def test_resources_raising_marks_driver_failed_and_host_serves_on(alpha, install, kubelet):
+    """A driver raising in resources is failed with its message; the host still runs."""
+    host = alpha({"resources": {RES: 1}, "raise": ["devicehost_resources"]})
+    assert info(host).status is DriverStatus.FAILED
+    assert (
+        info(host).reason
+        == "driver 'alpha', hook devicehost_resources: RuntimeError: scripted failure"
+    )
+
+
+def test_notes_reach_the_driver_info(alpha):
+    """Notes a driver returns are kept for `devicehost drivers` and `devices`."""
+    host = alpha()
+    assert info(host).notes == ["scripted with 2 devices"]
+
+
+def test_enumerate_failure_marks_unhealthy_then_recovers(alpha, kubelet):
+    """While enumerate raises, the devices are Unhealthy; once it works again, Healthy."""
+    host = alpha()
+    kubelet.wait_devices(RES, lambda d: len(d) == 2)
+    driver = plugin(host)
+    driver.raising.add("devicehost_enumerate")
+    host.call(driver.changed, RES)
+    kubelet.wait_devices(RES, lambda d: {x.health for x in d.values()} == {"Unhealthy"})
+    driver.raising.clear()
+    host.call(driver.changed, RES)
+    kubelet.wait_devices(RES, lambda d: {x.health for x in d.values()} == {"Healthy"})
+
+
+def test_watch_notify_rescans_at_once(alpha, kubelet):
+    """notify() from watch re-enumerates immediately (the scan interval is an hour here)."""
+    host = alpha(scan_interval=3600)
+    kubelet.wait_devices(RES, lambda d: len(d) == 2)
+    eventually(lambda: RES in plugin(host)._notify)
+    plugin(host).devices[RES]["dev-9"] = Device(id="dev-9")
+    plugin(host).changed(RES)  # from this (non-loop) thread, as a vendor event would
+    kubelet.wait_devices(RES, lambda d: "dev-9" in d)
+
+
+def test_preferred_allocation_invalid_answer_falls_back_to_default(alpha, kubelet):
+    """A driver choice with the wrong size is replaced by the host's NUMA-packing default."""
+    alpha({"resources": {RES: 4}}, target="testdrivers.scripted:Misbehaving")
+    kubelet.wait_registered(RES)
+    chosen = kubelet.preferred_allocation(RES, ["dev-0", "dev-1", "dev-2", "dev-3"], [], 2)
+    assert chosen == ["dev-0", "dev-2"]
+
+
+def test_preferred_allocation_from_driver_is_returned(alpha, kubelet):
+    """A valid driver choice is what the kubelet receives."""
+    alpha({"resources": {RES: 4}}, target="testdrivers.scripted:ScriptedWithPreStart")
+    kubelet.wait_registered(RES)
+    chosen = kubelet.preferred_allocation(RES, ["dev-0", "dev-1", "dev-2", "dev-3"], [], 3)
+    assert chosen == ["dev-3", "dev-2", "dev-1"]
+
+
+def test_allocate_returning_wrong_type_is_internal(alpha, kubelet):
+    """An allocate hook returning something other than an Allocation gives INTERNAL."""
+    alpha(target="testdrivers.scripted:Misbehaving")
+    kubelet.wait_registered(RES)
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.allocate(RES, [["dev-0"]])
+    assert refused.value.code() == grpc.StatusCode.INTERNAL
+    assert refused.value.details() == (
+        "driver 'alpha', hook devicehost_allocate: returned dict, expected Allocation"
+    )
+
+
+def test_pre_start_failure_is_internal_with_message(alpha, kubelet):
+    """A pre_start hook that raises fails PreStartContainer with the driver's message."""
+    alpha(
+        {"resources": {RES: 2}, "raise": ["devicehost_pre_start"]},
+        target="testdrivers.scripted:ScriptedWithPreStart",
+    )
+    kubelet.wait_registered(RES)
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.pre_start(RES, ["dev-0"])
+    assert refused.value.code() == grpc.StatusCode.INTERNAL
+    assert "hook devicehost_pre_start: RuntimeError: scripted failure" in refused.value.details()
+
+
+def test_simulate_health_flows_to_the_kubelet(alpha, kubelet):
+    """simulate_health changes the simulated hardware and the kubelet hears it."""
+    host = alpha()
+    kubelet.wait_devices(RES, lambda d: len(d) == 2)
+    driver = host.host.resources[RES].driver
+    assert (
+        driver.call("devicehost_simulate_health", resource=RES, device_id="dev-1", healthy=False)
+        is True
+    )
+    kubelet.wait_health(RES, "dev-1", "Unhealthy")
+
+
+def test_shutdown_called_once_even_when_another_hook_hangs(alpha, kubelet):
+    """Stopping calls shutdown once, also when a driver thread is stuck in a hook."""
+    host = alpha({"resources": {RES: 2}, "hang": ["devicehost_allocate"]}, hook_timeout=0.2)
+    kubelet.wait_registered(RES)
+    with pytest.raises(grpc.RpcError):
+        kubelet.allocate(RES, [["dev-0"]])
+    driver = plugin(host)
+    host.stop()
+    assert [c for c in driver.calls if c[0] == "devicehost_shutdown"] == [
+        ("devicehost_shutdown", {})
+    ]
