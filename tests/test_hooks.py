@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from conftest import SCRIPTED, eventually
 
+from conftest import SCRIPTED, eventually
 from devicehost import Device
 from devicehost.errors import ConfigError
 from devicehost.plugins import DriverStatus

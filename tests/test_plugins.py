@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 from conftest import SCRIPTED
-
 from devicehost.plugins import DriverStatus, load_plugins
 
 RES = "test.example/dev"

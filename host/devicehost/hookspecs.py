@@ -156,9 +156,10 @@ def devicehost_pre_start(resource: str, device_ids: Sequence[str]) -> None:
 def devicehost_simulate_health(resource: str, device_id: str, healthy: bool) -> bool | None:
     """Under simulation only: make the simulated hardware report ``device_id`` (un)healthy.
 
-    Optional; stops at the first non-None result. Return True when applied. Drive the simulated vendor library or fake sysfs
-    the way a real fault or repair would show, so the change flows through ``watch`` and
-    ``enumerate`` exactly as on hardware. Used by ``devicehost demo`` and tests.
+    Optional; stops at the first non-None result. Return True when applied. Drive the
+    simulated vendor library or fake sysfs the way a real fault or repair would show, so
+    the change flows through ``watch`` and ``enumerate`` exactly as on hardware. Used by
+    ``devicehost demo`` and tests.
     """
 
 

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from devicehost import Allocation, DeviceNode, Mount
 from devicehost.cdi import cdi_name, write_spec
-
 from devicehost_ascend.config import AscendConfig
 from devicehost_ascend.inventory import NpuDevice
 
@@ -38,25 +37,34 @@ class Allocator:
         self.root = root
 
     def shared_nodes(self) -> tuple[DeviceNode, ...]:
-        return tuple(DeviceNode(host_path=p, permissions="rw")
-                     for p in self.config.shared_device_nodes if _present(self.root, p))
+        return tuple(
+            DeviceNode(host_path=p, permissions="rw")
+            for p in self.config.shared_device_nodes
+            if _present(self.root, p)
+        )
 
     def driver_mounts(self) -> tuple[Mount, ...]:
-        return tuple(Mount(host_path=p, container_path=p, read_only=True)
-                     for p in self.config.driver_mounts if _present(self.root, p))
+        return tuple(
+            Mount(host_path=p, container_path=p, read_only=True)
+            for p in self.config.driver_mounts
+            if _present(self.root, p)
+        )
 
     @staticmethod
     def own_nodes(devices: Sequence[NpuDevice]) -> tuple[DeviceNode, ...]:
-        return tuple(DeviceNode(host_path=d.host_node, container_path=d.container_node,
-                                permissions="rw") for d in devices)
+        return tuple(
+            DeviceNode(host_path=d.host_node, container_path=d.container_node, permissions="rw")
+            for d in devices
+        )
 
     def allocate(self, devices: Sequence[NpuDevice]) -> Allocation:
         ordered = sorted(devices, key=lambda d: d.visible_id)
         if self.config.use_cdi:
             return Allocation(cdi_devices=tuple(cdi_name(CDI_KIND, d.id) for d in ordered))
         if not self.config.use_ascend_runtime:
-            return Allocation(devices=self.own_nodes(ordered) + self.shared_nodes(),
-                              mounts=self.driver_mounts())
+            return Allocation(
+                devices=self.own_nodes(ordered) + self.shared_nodes(), mounts=self.driver_mounts()
+            )
         envs = {VISIBLE_ENV: ",".join(str(d.visible_id) for d in ordered)}
         if any(d.virtual for d in ordered):
             envs[OPTIONS_ENV] = "VIRTUAL"
@@ -67,6 +75,8 @@ class Allocator:
         if not self.config.use_cdi:
             return None
         common = Allocation(devices=self.shared_nodes(), mounts=self.driver_mounts())
-        per_device = {d.id: Allocation(devices=self.own_nodes([d]))
-                      for d in sorted(devices, key=lambda d: d.id)}
+        per_device = {
+            d.id: Allocation(devices=self.own_nodes([d]))
+            for d in sorted(devices, key=lambda d: d.id)
+        }
         return write_spec(self.config.cdi_dir, CDI_KIND, per_device, common)

@@ -17,10 +17,17 @@ FAMILIES = ("Ascend910", "Ascend310P", "Ascend310", "Ascend310B")
 
 SIMULATED_NODES = ("ascend910x8", "ascend910x8-vnpu", "ascend310px4", "mixed")
 
-DEFAULT_SHARED_NODES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc",
-                        "/dev/dvpp_cmdlist")
-DEFAULT_DRIVER_MOUNTS = ("/usr/local/Ascend/driver/lib64", "/usr/local/dcmi",
-                         "/usr/local/bin/npu-smi")
+DEFAULT_SHARED_NODES = (
+    "/dev/davinci_manager",
+    "/dev/devmm_svm",
+    "/dev/hisi_hdc",
+    "/dev/dvpp_cmdlist",
+)
+DEFAULT_DRIVER_MOUNTS = (
+    "/usr/local/Ascend/driver/lib64",
+    "/usr/local/dcmi",
+    "/usr/local/bin/npu-smi",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +116,7 @@ def _choice(choices: tuple[str, ...], allow_empty: bool = False) -> Callable[[An
         if (value == "" and allow_empty) or value in choices:
             return str(value)
         raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
+
     return parse
 
 
@@ -158,8 +166,9 @@ def _vnpu_cores(value: Any) -> int | dict[int, int] | None:
             raise ValueError(f"expected positive core counts, got {value!r}")
         return cores
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"expected a positive core count or a mapping of vNPU ID to cores, "
-                         f"got {value!r}")
+        raise ValueError(
+            f"expected a positive core count or a mapping of vNPU ID to cores, got {value!r}"
+        )
     return value
 
 
@@ -195,6 +204,8 @@ def parse_config(section: Mapping[str, Any]) -> AscendConfig:
             raise ValueError(f"{key}: {exc}") from None
     config = AscendConfig(**values)
     if config.use_cdi and config.use_ascend_runtime:
-        raise ValueError("useCdi: needs useAscendRuntime: false (the Ascend Docker Runtime "
-                         "and CDI would both inject the devices)")
+        raise ValueError(
+            "useCdi: needs useAscendRuntime: false (the Ascend Docker Runtime "
+            "and CDI would both inject the devices)"
+        )
     return config

@@ -20,8 +20,8 @@ from ctypes import (
     c_char,
     c_float,
     c_int,
-    c_uint,
     c_ubyte,
+    c_uint,
     c_ulonglong,
     c_ushort,
     c_void_p,
@@ -261,9 +261,14 @@ _SIGNATURES: dict[str, list[Any]] = {
     "dcmi_get_device_info": [c_int, c_int, c_int, c_uint, c_void_p, POINTER(c_uint)],
     "dcmi_subscribe_fault_event": [c_int, c_int, EventFilter, EVENT_CALLBACK],
 }
-_REQUIRED = ("dcmi_init", "dcmi_get_device_num_in_card", "dcmi_get_device_logic_id",
-             "dcmi_get_device_phyid_from_logicid", "dcmi_get_device_chip_info",
-             "dcmi_get_device_health")
+_REQUIRED = (
+    "dcmi_init",
+    "dcmi_get_device_num_in_card",
+    "dcmi_get_device_logic_id",
+    "dcmi_get_device_phyid_from_logicid",
+    "dcmi_get_device_chip_info",
+    "dcmi_get_device_health",
+)
 
 
 def _text(raw: bytes) -> str:
@@ -307,8 +312,7 @@ class CtypesDcmi:
 
     def card_ids(self) -> list[int]:
         count, ids = c_int(0), (c_int * MAX_CARD_NUM)()
-        name = "dcmi_get_card_list" if self._has("dcmi_get_card_list") else \
-            "dcmi_get_card_num_list"
+        name = "dcmi_get_card_list" if self._has("dcmi_get_card_list") else "dcmi_get_card_num_list"
         self._call(name, ctypes.byref(count), ids, MAX_CARD_NUM)
         if not 0 <= count.value <= MAX_CARD_NUM:
             raise DcmiError(name, -1, f"implausible card count {count.value}")
@@ -345,8 +349,7 @@ class CtypesDcmi:
             self._call("dcmi_get_device_pcie_info", card, chip, ctypes.byref(info))
         else:
             raise DcmiError("dcmi_get_device_pcie_info_v2", -1, "not in this libdcmi.so")
-        return (f"{domain:04x}:{info.bdf_busid:02x}:{info.bdf_deviceid:02x}."
-                f"{info.bdf_funcid:x}")
+        return f"{domain:04x}:{info.bdf_busid:02x}:{info.bdf_deviceid:02x}.{info.bdf_funcid:x}"
 
     def health(self, card: int, chip: int) -> int:
         health = c_uint(0)
@@ -357,14 +360,22 @@ class CtypesDcmi:
         if not self._has("dcmi_get_device_errorcode_v2"):
             return []
         count, codes = c_int(0), (c_uint * MAX_ERROR_CODES)()
-        self._call("dcmi_get_device_errorcode_v2", card, chip, ctypes.byref(count), codes,
-                   MAX_ERROR_CODES)
+        self._call(
+            "dcmi_get_device_errorcode_v2", card, chip, ctypes.byref(count), codes, MAX_ERROR_CODES
+        )
         return [codes[i] for i in range(min(max(count.value, 0), MAX_ERROR_CODES)) if codes[i]]
 
     def _device_info(self, card: int, chip: int, sub_cmd: int, buffer: ctypes.Structure) -> None:
         size = c_uint(ctypes.sizeof(buffer))
-        self._call("dcmi_get_device_info", card, chip, MAIN_CMD_VDEV_MNG, sub_cmd,
-                   ctypes.cast(ctypes.byref(buffer), c_void_p), ctypes.byref(size))
+        self._call(
+            "dcmi_get_device_info",
+            card,
+            chip,
+            MAIN_CMD_VDEV_MNG,
+            sub_cmd,
+            ctypes.cast(ctypes.byref(buffer), c_void_p),
+            ctypes.byref(size),
+        )
 
     def virtual_devices(self, card: int, chip: int) -> list[VirtualDevice]:
         if not self._has("dcmi_get_device_info"):
@@ -376,9 +387,13 @@ class CtypesDcmi:
             query = VdevQuery(vdev_id=total.vdev_id[index])
             self._device_info(card, chip, VMNG_SUB_CMD_GET_VDEV_RESOURCE, query)
             info = query.query_info
-            found.append(VirtualDevice(vdev_id=int(total.vdev_id[index]),
-                                       template=_text(bytes(info.name)),
-                                       aicore=float(info.computing.aic)))
+            found.append(
+                VirtualDevice(
+                    vdev_id=int(total.vdev_id[index]),
+                    template=_text(bytes(info.name)),
+                    aicore=float(info.computing.aic),
+                )
+            )
         return found
 
     def subscribe_faults(self, callback: FaultCallback) -> bool:
@@ -392,17 +407,21 @@ class CtypesDcmi:
                 if body.type != DMS_FAULT_EVENT:
                     return
                 fault = body.event_t.dms_event
-                callback(FaultEvent(logic_id=int(fault.deviceid), event_id=int(fault.event_id),
-                                    severity=int(fault.severity),
-                                    assertion=int(fault.assertion),
-                                    name=_text(bytes(fault.event_name))))
+                callback(
+                    FaultEvent(
+                        logic_id=int(fault.deviceid),
+                        event_id=int(fault.event_id),
+                        severity=int(fault.severity),
+                        assertion=int(fault.assertion),
+                        name=_text(bytes(fault.event_name)),
+                    )
+                )
             except Exception:
                 log.exception("DCMI fault-event callback failed")
 
         handler = EVENT_CALLBACK(on_event)
         _KEPT_CALLBACKS.append(handler)
-        self._call("dcmi_subscribe_fault_event", ALL_DEVICES, ALL_DEVICES, EventFilter(),
-                   handler)
+        self._call("dcmi_subscribe_fault_event", ALL_DEVICES, ALL_DEVICES, EventFilter(), handler)
         return True
 
     def close(self) -> None:

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devicehost.testing.fakeroot import FakeRoot
-
 from devicehost_ascend.dcmi import (
     ASSERTION_RAISED,
     ASSERTION_RECOVERED,
@@ -89,13 +88,16 @@ def _root_bus(numa_node: int) -> str:
 
 def _chip(phys_id: int, name: str, slot: int, vnpus: Sequence[VirtualDevice] = ()) -> SimChip:
     address, numa = _pci(slot)
-    return SimChip(phys_id=phys_id, name=name, pci_address=address, numa_node=numa,
-                   vnpus=list(vnpus))
+    return SimChip(
+        phys_id=phys_id, name=name, pci_address=address, numa_node=numa, vnpus=list(vnpus)
+    )
 
 
 def _vnpus(phys_id: int, template: str, cores: int, count: int) -> list[VirtualDevice]:
-    return [VirtualDevice(vdev_id=100 + 16 * phys_id + n, template=template,
-                          aicore=float(cores)) for n in range(count)]
+    return [
+        VirtualDevice(vdev_id=100 + 16 * phys_id + n, template=template, aicore=float(cores))
+        for n in range(count)
+    ]
 
 
 def preset_cards(name: str) -> list[list[SimChip]]:
@@ -108,20 +110,28 @@ def preset_cards(name: str) -> list[list[SimChip]]:
         cards[7][0].vnpus = _vnpus(7, "vir04", 4, 4)
         return cards
     if name == "ascend310px4":
-        return [[_chip(0, "310P3", 0), _chip(1, "310P3", 1)],
-                [_chip(2, "310P3", 4), _chip(3, "310P3", 5)]]
+        return [
+            [_chip(0, "310P3", 0), _chip(1, "310P3", 1)],
+            [_chip(2, "310P3", 4), _chip(3, "310P3", 5)],
+        ]
     if name == "mixed":
-        return ([[_chip(i, "910A", i)] for i in range(4)]
-                + [[_chip(4, "310P3", 4), _chip(5, "310P3", 5)],
-                   [_chip(6, "310P3", 6), _chip(7, "310P3", 7)]])
+        return [[_chip(i, "910A", i)] for i in range(4)] + [
+            [_chip(4, "310P3", 4), _chip(5, "310P3", 5)],
+            [_chip(6, "310P3", 6), _chip(7, "310P3", 7)],
+        ]
     raise ValueError(f"unknown simulated node {name!r}")
 
 
 class SimulatedDcmi:
     """The ``Dcmi`` interface over simulated chips, plus the hardware's side of faults."""
 
-    def __init__(self, cards: Sequence[Sequence[SimChip]], *, fault_events: bool = True,
-                 label: str = "custom") -> None:
+    def __init__(
+        self,
+        cards: Sequence[Sequence[SimChip]],
+        *,
+        fault_events: bool = True,
+        label: str = "custom",
+    ) -> None:
         self.cards = [list(card) for card in cards]
         self.fault_events = fault_events
         self.label = label
@@ -207,11 +217,19 @@ class SimulatedDcmi:
     def _push(self, chip: SimChip, assertion: int, name: str) -> None:
         callback = self._callback
         if callback is not None:  # called outside the lock, as DCMI's own thread would
-            callback(FaultEvent(logic_id=self._chips.index(chip), event_id=SIMULATED_FAULT_EVENT,
-                                severity=CRITICAL_HEALTH, assertion=assertion, name=name))
+            callback(
+                FaultEvent(
+                    logic_id=self._chips.index(chip),
+                    event_id=SIMULATED_FAULT_EVENT,
+                    severity=CRITICAL_HEALTH,
+                    assertion=assertion,
+                    name=name,
+                )
+            )
 
-    def inject_fault(self, phys_id: int, code: int = SIMULATED_FAULT_CODE,
-                     health: int = CRITICAL_HEALTH) -> None:
+    def inject_fault(
+        self, phys_id: int, code: int = SIMULATED_FAULT_CODE, health: int = CRITICAL_HEALTH
+    ) -> None:
         """The chip faults: its health and error codes say so, and an event is pushed."""
         chip = self.chip_by_phys(phys_id)
         with self._lock:
@@ -238,9 +256,14 @@ class SimulatedDcmi:
             fake.char_device(f"/dev/davinci{chip.phys_id}")
             for vnpu in chip.vnpus:
                 fake.char_device(f"/dev/vdavinci{vnpu.vdev_id}")
-            fake.pci_device(chip.pci_address, vendor=HUAWEI_PCI_VENDOR,
-                            device=chip.pci_device_id, numa_node=chip.numa_node,
-                            device_class="0x120000", bus=_root_bus(chip.numa_node))
+            fake.pci_device(
+                chip.pci_address,
+                vendor=HUAWEI_PCI_VENDOR,
+                device=chip.pci_device_id,
+                numa_node=chip.numa_node,
+                device_class="0x120000",
+                bus=_root_bus(chip.numa_node),
+            )
         for node in SHARED_NODES:
             fake.char_device(node)
         for directory in DRIVER_DIRS:

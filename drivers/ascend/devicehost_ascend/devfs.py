@@ -58,6 +58,8 @@ def discover(root: Path, config: AscendConfig) -> Inventory:
             continue
         inventory.add(vnpu_device(family, f"{cores}c", vdev_id, None, None, ()))
     if skipped:
-        inventory.notes.append(f"vNPU nodes {', '.join(skipped)} are not served: without DCMI "
-                               "their size is unknown; set fallbackVnpuCores")
+        inventory.notes.append(
+            f"vNPU nodes {', '.join(skipped)} are not served: without DCMI "
+            "their size is unknown; set fallbackVnpuCores"
+        )
     return inventory.sort()

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from devicehost import Allocation, Device, ResourceSpec, hookimpl
-
 from devicehost_ascend.config import AscendConfig, parse_config
 from devicehost_ascend.dcmi import Dcmi
 from devicehost_ascend.dcmi_ctypes import load_dcmi
@@ -55,8 +54,7 @@ class AscendDriver:
         self._simulate(root, AscendConfig().simulated_node)
 
     @hookimpl
-    def devicehost_configure(self, config: Mapping[str, Any], root: Path,
-                             simulated: bool) -> None:
+    def devicehost_configure(self, config: Mapping[str, Any], root: Path, simulated: bool) -> None:
         settings = parse_config(config)
         if self._node is not None:
             self._node.close()
@@ -83,16 +81,17 @@ class AscendDriver:
         return self.node.enumerate(resource)
 
     @hookimpl
-    def devicehost_watch(self, resource: str, notify: Callable[[], None],
-                         stop: threading.Event) -> None:
+    def devicehost_watch(
+        self, resource: str, notify: Callable[[], None], stop: threading.Event
+    ) -> None:
         self.node.watch(resource, notify, stop)
 
     # -- kubelet requests ----------------------------------------------------------------------
 
     @hookimpl
-    def devicehost_preferred_allocation(self, resource: str, available: Sequence[str],
-                                        must_include: Sequence[str],
-                                        size: int) -> Sequence[str] | None:
+    def devicehost_preferred_allocation(
+        self, resource: str, available: Sequence[str], must_include: Sequence[str], size: int
+    ) -> Sequence[str] | None:
         return self.node.preferred(resource, available, must_include, size)
 
     @hookimpl
@@ -100,8 +99,9 @@ class AscendDriver:
         return self.node.allocate(resource, device_ids)
 
     @hookimpl
-    def devicehost_simulate_health(self, resource: str, device_id: str,
-                                   healthy: bool) -> bool | None:
+    def devicehost_simulate_health(
+        self, resource: str, device_id: str, healthy: bool
+    ) -> bool | None:
         """Fault or repair the simulated chip behind ``device_id`` (a vNPU's parent chip)."""
         node = self._node
         if node is None or self.simulation is None or node.dcmi is not self.simulation:

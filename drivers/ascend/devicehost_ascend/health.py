@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from devicehost import Health
-
 from devicehost_ascend.dcmi import HEALTH_OK, Dcmi, DcmiError, FaultEvent
 from devicehost_ascend.inventory import ChipRef
 
@@ -41,8 +40,9 @@ def judge(health_code: int, error_codes: Iterable[int], ignored: frozenset[int])
     codes = sorted(set(error_codes))
     harmful = [c for c in codes if c not in ignored]
     if harmful:
-        return ChipHealth(Health.UNHEALTHY, f"DCMI health {health_code}, error codes "
-                                            f"{_hex(harmful)}")
+        return ChipHealth(
+            Health.UNHEALTHY, f"DCMI health {health_code}, error codes {_hex(harmful)}"
+        )
     if health_code != HEALTH_OK and not codes:
         return ChipHealth(Health.UNHEALTHY, f"DCMI health {health_code}")
     if codes:
@@ -99,9 +99,14 @@ class FaultHub:
 
     def _on_event(self, event: FaultEvent) -> None:
         # Runs on DCMI's thread: log and wake the watches, never block or raise here.
-        log.info("DCMI fault event 0x%08X (%s) on logical chip %d: severity %d, assertion %d",
-                 event.event_id, event.name or "unnamed", event.logic_id, event.severity,
-                 event.assertion)
+        log.info(
+            "DCMI fault event 0x%08X (%s) on logical chip %d: severity %d, assertion %d",
+            event.event_id,
+            event.name or "unnamed",
+            event.logic_id,
+            event.severity,
+            event.assertion,
+        )
         with self._lock:
             listeners = list(self._listeners)
         for listener in listeners:

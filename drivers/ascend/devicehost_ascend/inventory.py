@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devicehost.sysfs import pci_numa_node
-
 from devicehost_ascend.dcmi import Dcmi, DcmiError, VirtualDevice
 
 log = logging.getLogger(__name__)
@@ -23,16 +22,19 @@ log = logging.getLogger(__name__)
 DOMAIN = "huawei.com"
 
 # chip_name prefixes, most specific first: 310P3 is a 310P, 910A / 910B3 are 910s.
-_FAMILY_PREFIXES = (("310P", "Ascend310P"), ("310B", "Ascend310B"), ("310", "Ascend310"),
-                    ("910", "Ascend910"))
+_FAMILY_PREFIXES = (
+    ("310P", "Ascend310P"),
+    ("310B", "Ascend310B"),
+    ("310", "Ascend310"),
+    ("910", "Ascend910"),
+)
 _TEMPLATE = re.compile(r"^vir(\d+)(?:_(\d+)c)?(?:_([a-z0-9]+))?$")
 
 
 def chip_family(chip_name: str) -> str | None:
     """``910A`` → ``Ascend910``, ``310P3`` → ``Ascend310P``; None for a chip we don't know."""
     name = chip_name.strip().upper().removeprefix("ASCEND")
-    return next((family for prefix, family in _FAMILY_PREFIXES if name.startswith(prefix)),
-                None)
+    return next((family for prefix, family in _FAMILY_PREFIXES if name.startswith(prefix)), None)
 
 
 def vnpu_kind(template: str, aicore: float) -> str:
@@ -99,30 +101,53 @@ class Inventory:
         return self
 
 
-def chip_device(family: str, phys_id: int, chip: ChipRef | None,
-                numa_nodes: tuple[int, ...]) -> NpuDevice:
+def chip_device(
+    family: str, phys_id: int, chip: ChipRef | None, numa_nodes: tuple[int, ...]
+) -> NpuDevice:
     node = f"/dev/davinci{phys_id}"
-    return NpuDevice(id=f"{family}-{phys_id}", resource=f"{DOMAIN}/{family}", family=family,
-                     visible_id=phys_id, host_node=node, container_node=node, virtual=False,
-                     phys_id=phys_id, chip=chip, numa_nodes=numa_nodes)
+    return NpuDevice(
+        id=f"{family}-{phys_id}",
+        resource=f"{DOMAIN}/{family}",
+        family=family,
+        visible_id=phys_id,
+        host_node=node,
+        container_node=node,
+        virtual=False,
+        phys_id=phys_id,
+        chip=chip,
+        numa_nodes=numa_nodes,
+    )
 
 
-def vnpu_device(family: str, kind: str, vdev_id: int, phys_id: int | None,
-                chip: ChipRef | None, numa_nodes: tuple[int, ...]) -> NpuDevice:
+def vnpu_device(
+    family: str,
+    kind: str,
+    vdev_id: int,
+    phys_id: int | None,
+    chip: ChipRef | None,
+    numa_nodes: tuple[int, ...],
+) -> NpuDevice:
     """A vNPU: its host node ``/dev/vdavinciN`` is ``/dev/davinciN`` in the container."""
     suffix = f"-{phys_id}" if phys_id is not None else ""
-    return NpuDevice(id=f"{family}-{kind}-{vdev_id}{suffix}",
-                     resource=f"{DOMAIN}/{family}-{kind}", family=family, visible_id=vdev_id,
-                     host_node=f"/dev/vdavinci{vdev_id}", container_node=f"/dev/davinci{vdev_id}",
-                     virtual=True, phys_id=phys_id, chip=chip, numa_nodes=numa_nodes)
+    return NpuDevice(
+        id=f"{family}-{kind}-{vdev_id}{suffix}",
+        resource=f"{DOMAIN}/{family}-{kind}",
+        family=family,
+        visible_id=vdev_id,
+        host_node=f"/dev/vdavinci{vdev_id}",
+        container_node=f"/dev/davinci{vdev_id}",
+        virtual=True,
+        phys_id=phys_id,
+        chip=chip,
+        numa_nodes=numa_nodes,
+    )
 
 
 def _numa_nodes(dcmi: Dcmi, ref: ChipRef, root: Path) -> tuple[int, ...]:
     try:
         address = dcmi.pci_address(ref.card, ref.chip)
     except DcmiError as exc:
-        log.warning("card %d chip %d: no PCI address, so no NUMA node: %s", ref.card, ref.chip,
-                    exc)
+        log.warning("card %d chip %d: no PCI address, so no NUMA node: %s", ref.card, ref.chip, exc)
         return ()
     node = pci_numa_node(root, address)
     return () if node is None else (node,)
@@ -160,8 +185,9 @@ def discover(dcmi: Dcmi, root: Path) -> Inventory:
             continue
         family = chip_family(name)
         if family is None:
-            inventory.notes.append(f"{where} skipped: chip name {name!r} is not a known "
-                                   f"Ascend chip")
+            inventory.notes.append(
+                f"{where} skipped: chip name {name!r} is not a known Ascend chip"
+            )
             continue
         numa = _numa_nodes(dcmi, ref, root)
         vnpus = _virtual_devices(dcmi, ref)
@@ -173,6 +199,8 @@ def discover(dcmi: Dcmi, root: Path) -> Inventory:
             kind = vnpu_kind(vnpu.template, vnpu.aicore)
             kinds.append(kind)
             inventory.add(vnpu_device(family, kind, vnpu.vdev_id, phys_id, ref, numa))
-        inventory.notes.append(f"{family}-{phys_id} is split into vNPUs ({', '.join(kinds)}); "
-                               "it is served only through them")
+        inventory.notes.append(
+            f"{family}-{phys_id} is split into vNPUs ({', '.join(kinds)}); "
+            "it is served only through them"
+        )
     return inventory.sort()

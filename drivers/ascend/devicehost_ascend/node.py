@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from devicehost import Allocation, Device, DriverUnavailable, Health, UnknownDevice
-
 from devicehost_ascend import devfs, inventory
 from devicehost_ascend.allocation import Allocator
 from devicehost_ascend.config import AscendConfig
@@ -31,8 +30,15 @@ HCCS_FAMILY = "Ascend910"
 class AscendNode:
     """The node's devices per resource, their health now, and their allocations."""
 
-    def __init__(self, *, config: AscendConfig, root: Path, found: Inventory,
-                 notes: list[str], dcmi: Dcmi | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        config: AscendConfig,
+        root: Path,
+        found: Inventory,
+        notes: list[str],
+        dcmi: Dcmi | None = None,
+    ) -> None:
         self.config = config
         self.root = root
         self.inventory = found
@@ -68,8 +74,9 @@ class AscendNode:
         devices = self._current().devices.get(resource, [])
         states = self._health_of(devices)
         self._log_changes(states)
-        return [Device(id=d.id, health=states[d.id].health, numa_nodes=d.numa_nodes)
-                for d in devices]
+        return [
+            Device(id=d.id, health=states[d.id].health, numa_nodes=d.numa_nodes) for d in devices
+        ]
 
     def snapshot(self, resource: str) -> dict[str, Health]:
         """What the watch compares between polls."""
@@ -82,8 +89,12 @@ class AscendNode:
                 before = self._last.get(device_id)
                 self._last[device_id] = state
                 if before is not None and before.health != state.health:
-                    log.warning("%s is %s%s", device_id, state.health,
-                                f": {state.reason}" if state.reason else "")
+                    log.warning(
+                        "%s is %s%s",
+                        device_id,
+                        state.health,
+                        f": {state.reason}" if state.reason else "",
+                    )
 
     def device(self, resource: str, device_id: str) -> NpuDevice:
         found = self._current().find(resource, device_id)
@@ -96,14 +107,18 @@ class AscendNode:
     def allocate(self, resource: str, device_ids: Sequence[str]) -> Allocation:
         return self.allocator.allocate([self.device(resource, i) for i in device_ids])
 
-    def preferred(self, resource: str, available: Sequence[str], must_include: Sequence[str],
-                  size: int) -> list[str] | None:
+    def preferred(
+        self, resource: str, available: Sequence[str], must_include: Sequence[str], size: int
+    ) -> list[str] | None:
         """HCCS-aware for whole Ascend 910 chips; None (the host's NUMA default) otherwise."""
         group_size = self.config.hccs_group_size
         devices = {d.id: d for d in self._current().devices.get(resource, [])}
         wanted = list(available) + list(must_include)
-        if (group_size == 0 or len(set(must_include)) > size
-                or not all(i in devices for i in wanted)):
+        if (
+            group_size == 0
+            or len(set(must_include)) > size
+            or not all(i in devices for i in wanted)
+        ):
             return None
         chips = [devices[i] for i in wanted]
         if any(d.virtual or d.family != HCCS_FAMILY or d.phys_id is None for d in chips):
@@ -143,8 +158,9 @@ def _dcmi_notes(dcmi: Dcmi, found: Inventory, faults: FaultHub, poll: float) -> 
     return [f"{count} NPU chips through {dcmi.description}; {how}", *found.notes]
 
 
-def open_node(config: AscendConfig, root: Path, dcmi: Dcmi | None,
-              dcmi_problem: str = "") -> AscendNode:
+def open_node(
+    config: AscendConfig, root: Path, dcmi: Dcmi | None, dcmi_problem: str = ""
+) -> AscendNode:
     """The node as DCMI sees it, else as /dev shows it; ``DriverUnavailable`` otherwise."""
     if dcmi is not None:
         found = inventory.discover(dcmi, root)
@@ -164,11 +180,18 @@ def open_node(config: AscendConfig, root: Path, dcmi: Dcmi | None,
         raise DriverUnavailable(
             f"found {len(chips)} /dev/davinciN nodes but no usable DCMI ({dcmi_problem}); "
             "without DCMI the chip type is unknown: set fallbackChipType (e.g. Ascend910) "
-            "to serve them")
+            "to serve them"
+        )
     found = devfs.discover(root, config)
-    numa = ("NUMA nodes from fallbackNumaNodes" if config.fallback_numa_nodes
-            else "no NUMA information (set fallbackNumaNodes)")
-    notes = [f"no usable DCMI library ({dcmi_problem}): serving /dev/davinciN as "
-             f"{config.fallback_chip_type} (fallbackChipType); health is only the nodes' "
-             f"presence; {numa}", *found.notes]
+    numa = (
+        "NUMA nodes from fallbackNumaNodes"
+        if config.fallback_numa_nodes
+        else "no NUMA information (set fallbackNumaNodes)"
+    )
+    notes = [
+        f"no usable DCMI library ({dcmi_problem}): serving /dev/davinciN as "
+        f"{config.fallback_chip_type} (fallbackChipType); health is only the nodes' "
+        f"presence; {numa}",
+        *found.notes,
+    ]
     return AscendNode(config=config, root=root, found=found, notes=notes)

@@ -20,8 +20,13 @@ def _pick(groups: Mapping[int, list[str]], wanted: int) -> int:
     return max(groups, key=lambda g: (len(groups[g]), -g))
 
 
-def choose(available: Sequence[str], must_include: Sequence[str], size: int,
-           positions: Mapping[str, int], group_size: int) -> list[str]:
+def choose(
+    available: Sequence[str],
+    must_include: Sequence[str],
+    size: int,
+    positions: Mapping[str, int],
+    group_size: int,
+) -> list[str]:
     """``size`` IDs from ``available``: ``must_include`` first, then best-fit HCCS groups.
 
     ``positions`` maps each ID to its chip's physical ID; the group is ``phys // group_size``.
