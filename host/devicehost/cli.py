@@ -191,6 +191,15 @@ async def _devices(config: HostConfig, as_json: bool) -> int:
     return 0
 
 
+async def _check_driver_sections(config: HostConfig) -> None:
+    """Let each installed driver validate its own section (its configure raises ValueError)."""
+    host = Host(config)
+    try:
+        await host.prepare(scan=False)
+    finally:
+        await host.stop()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -199,9 +208,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"devicehost: config error: {exc}", file=sys.stderr)
         return 2
-    setup_logging(config.log_format, config.log_level)
+    # Only the daemon logs at info by default; one-shot commands keep their output clean.
+    quiet = args.command != "run" and args.log_level is None
+    setup_logging(config.log_format, "warning" if quiet else config.log_level)
     try:
         if args.command == "config":
+            asyncio.run(_check_driver_sections(config))
             print(yaml.safe_dump(config.to_document(), sort_keys=False), end="")
             return 0
         if args.command == "drivers":

@@ -239,6 +239,16 @@ class Host:
         config = self.config
         if self.plugins is None:
             self.plugins = load_plugins(allow=config.enabled_drivers, deny=config.disabled_drivers)
+        names = {info.name for info in self.plugins.infos}
+        for name in config.drivers:
+            if name not in names:
+                log.warning(
+                    "config drivers.%s: no installed driver is named %r; section "
+                    "ignored (installed: %s)",
+                    name,
+                    name,
+                    ", ".join(sorted(names)),
+                )
         if config.simulate:
             await self._simulate()
         for driver in list(self.plugins.drivers):

@@ -9,13 +9,13 @@ tell it from the real library.
 
 Presets (``simulatedNode``):
 
-- ``ascend910x8``: an 8-chip Ascend 910 training server as 8 cards × 1 chip, physical IDs
-  0–7, NUMA node 0 for 0–3 and 1 for 4–7 (two HCCS groups).
-- ``ascend910x8-vnpu``: the same, with chip 6 split into 2 × ``vir08`` and chip 7 into
-  4 × ``vir04`` vNPUs (IDs ``100 + 16 × physical ID + n``).
-- ``ascend310px4``: 2 Ascend 310P cards × 2 chips, NUMA 0 for card 0 and 1 for card 1.
-- ``mixed``: 4 Ascend 910 cards (IDs 0–3, NUMA 0) and 2 Ascend 310P cards × 2 chips
-  (IDs 4–7, NUMA 1).
+- ``ascend910x8``: an 8-chip Ascend 910 training server as 8 cards x 1 chip, physical IDs
+  0-7, NUMA node 0 for 0-3 and 1 for 4-7 (two HCCS groups).
+- ``ascend910x8-vnpu``: the same, with chip 6 split into 2 x ``vir08`` and chip 7 into
+  4 x ``vir04`` vNPUs (IDs ``100 + 16 x physical ID + n``).
+- ``ascend310px4``: 2 Ascend 310P cards x 2 chips, NUMA 0 for card 0 and 1 for card 1.
+- ``mixed``: 4 Ascend 910 cards (IDs 0-3, NUMA 0) and 2 Ascend 310P cards x 2 chips
+  (IDs 4-7, NUMA 1).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class SimChip:
 
 
 def _pci(slot: int) -> tuple[str, int]:
-    """Address and NUMA node of chip slot ``slot``: 0–3 on the first socket, 4–7 on the
+    """Address and NUMA node of chip slot ``slot``: 0-3 on the first socket, 4-7 on the
     second."""
     socket = slot // 4
     return f"0000:{0x80 * socket + 1 + slot % 4:02x}:00.0", socket

@@ -1,7 +1,7 @@
 """HCCS-aware choice of chips for one container.
 
-On an 8-chip Ascend 910 server the chips form two HCCS groups of four (physical IDs 0–3
-and 4–7); traffic between the groups crosses PCIe. So a request is packed into as few
+On an 8-chip Ascend 910 server the chips form two HCCS groups of four (physical IDs 0-3
+and 4-7); traffic between the groups crosses PCIe. So a request is packed into as few
 groups as possible, and among groups that can hold it the fullest one is used first
 (best fit): the remaining whole groups stay free for the 4- and 8-chip jobs that need
 them. ``must_include`` is always honoured; its groups are filled before any other.

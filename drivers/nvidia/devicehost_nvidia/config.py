@@ -15,7 +15,8 @@ from typing import Any
 
 from devicehost.model import resource_name_problem
 
-from devicehost_nvidia.mig import parse_profile
+from devicehost_nvidia.mig import nominal_attributes
+from devicehost_nvidia.simulated import DEFAULT_MEMORY_MIB
 
 GPU_RESOURCE = "nvidia.com/gpu"
 #: Xids an application causes (illegal address, MMU fault, …): they say nothing about the GPU.
@@ -236,7 +237,7 @@ def _simulation(value: Any) -> Simulation:
             raise ValueError(f"{where}: expected 1 to 7 MIG profiles, got {len(names)}")
         for name in names:
             try:
-                parse_profile(str(name))
+                nominal_attributes(str(name), DEFAULT_MEMORY_MIB * 1024 * 1024)
             except ValueError as exc:
                 raise ValueError(f"{where}: {exc}") from None
         mig[index] = tuple(str(n) for n in names)

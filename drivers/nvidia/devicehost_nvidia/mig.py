@@ -39,3 +39,17 @@ def profile_name(attributes: MigAttributes, total_bytes: int) -> str:
     compute = attributes.compute_instance_slice_count
     name = f"{slices}g.{memory_gb(total_bytes, attributes.memory_size_mb)}gb"
     return name if compute == slices else f"{compute}c.{name}"
+
+
+def nominal_attributes(profile: str, total_bytes: int) -> MigAttributes:
+    """The attributes NVML would report for a ``profile`` device (a simulated one): a little
+    under its nominal memory, as real slices are. Raises ValueError for a profile that
+    cannot exist on a GPU of ``total_bytes``."""
+    compute, slices, gigabytes = parse_profile(profile)
+    memory_mb = int(gigabytes * 1024 * 0.96)
+    attributes = MigAttributes(slices, compute, memory_mb)
+    if compute > slices or slices > 7 or profile_name(attributes, total_bytes) != profile:
+        total_gb = -(-total_bytes // _GIB)
+        raise ValueError(f"MIG profile {profile!r} cannot exist on a {total_gb} GB GPU "
+                         f"(slices 1-7, memory in steps of {total_gb // _EIGHTHS} GB)")
+    return attributes

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from devicehost_nvidia.mig import parse_profile
+from devicehost_nvidia.mig import nominal_attributes
 from devicehost_nvidia.nvml import (
     EVENT_DOUBLE_BIT_ECC_ERROR,
     EVENT_XID_CRITICAL_ERROR,
@@ -31,21 +31,19 @@ from devicehost_nvidia.nvml import (
     TOPOLOGY_SINGLE,
     TOPOLOGY_SYSTEM,
     Handle,
-    MigAttributes,
     NvmlError,
     NvmlEvent,
     RemappedRows,
 )
 
 _NAMESPACE = uuid.UUID("6f1c7c3e-52a4-4b8e-9d0e-3c1a2b4d5e6f")
-#: The share of a profile's nominal size a MIG device really has (a 10gb slice has ~9.8 GB).
-_MIG_MEMORY_SHARE = 0.96
 #: Xid 48 is a double-bit ECC error; Xid 79 means the GPU has fallen off the bus.
 XID_DOUBLE_BIT_ECC = 48
 XID_FALLEN_OFF_BUS = 79
 DEFAULT_MODEL = "NVIDIA A100-SXM4-80GB"
 DEFAULT_PCI_DEVICE_ID = "0x20b2"
 DRIVER_VERSION = "550.54.15"
+DEFAULT_MEMORY_MIB = 81920
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +69,7 @@ class SimGpu:
     minor: int
     name: str = DEFAULT_MODEL
     pci_device_id: str = DEFAULT_PCI_DEVICE_ID
-    memory_mib: int = 81920
+    memory_mib: int = DEFAULT_MEMORY_MIB
     mig_profiles: tuple[str, ...] = ()
     events_supported: bool = True
     remapping_supported: bool = True
@@ -284,8 +282,10 @@ class SimulatedNvml:
         return self._mig(mig).compute_instance
 
     def device_attributes(self, mig: Handle) -> MigAttributes:
-        compute, slices, gigabytes = parse_profile(self._mig(mig).profile)
-        return MigAttributes(slices, compute, int(gigabytes * 1024 * _MIG_MEMORY_SHARE))
+        gpu = self.node.gpus[mig.gpu] if isinstance(mig, _MigHandle) else None
+        if gpu is None:
+            raise NvmlError(NVML_ERROR_INVALID_ARGUMENT)
+        return nominal_attributes(self._mig(mig).profile, gpu.memory_mib * 1024 * 1024)
 
     def device_nvlink_state(self, device: Handle, link: int) -> bool:
         remotes = self._links[self._gpu(device).index]

@@ -34,6 +34,7 @@ DEV_DIR = "/dev/infiniband"
 RDMA_CM = "rdma_cm"
 
 _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_CHAR_DEVICE_ORDER = ("uverbs", "umad", "issm")
 
 
 def _entries(directory: Path) -> list[Path]:
@@ -64,8 +65,15 @@ def ibdev_names(root: Path) -> list[str]:
     return [p.name for p in _entries(root / INFINIBAND_CLASS)]
 
 
+def _char_device_key(name: str) -> tuple[int, tuple[tuple[int, int | str], ...]]:
+    prefix = name.rstrip("0123456789")
+    rank = _CHAR_DEVICE_ORDER.index(prefix) if prefix in _CHAR_DEVICE_ORDER else 99
+    return rank, natural_key(name)
+
+
 def char_device_map(root: Path) -> dict[str, list[str]]:
-    """HCA name → its character devices under /dev/infiniband (uverbs, umad, issm).
+    """HCA name → its character devices under /dev/infiniband: uverbs, then umad, then
+    issm (one of each per port).
 
     Entries without an ``ibdev`` attribute (the classes' ``abi_version`` files) are
     skipped.
@@ -76,7 +84,7 @@ def char_device_map(root: Path) -> dict[str, list[str]]:
             ibdev = read_attr(entry / "ibdev")
             if ibdev:
                 found.setdefault(ibdev, []).append(entry.name)
-    return found
+    return {ibdev: sorted(names, key=_char_device_key) for ibdev, names in found.items()}
 
 
 def _ports(ibdir: Path) -> tuple[Port, ...]:

@@ -1,0 +1,135 @@
+"""HostConfig from file, env and flags: precedence, validation, the effective document."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from devicehost.config import HostConfig, load_config
+from devicehost.errors import ConfigError
+
+HEADER = "apiVersion: devicehost/v1\nkind: HostConfig\n"
+
+
+def write(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "host.yaml"
+    path.write_text(HEADER + body)
+    return path
+
+
+def test_defaults_without_any_source():
+    """With no file, env or flag, the kubelet's standard paths and 10 s intervals apply."""
+    config = load_config(env={})
+    assert config.plugin_dir == Path("/var/lib/kubelet/device-plugins")
+    assert config.kubelet_socket == Path("/var/lib/kubelet/device-plugins/kubelet.sock")
+    assert config.scan_interval == 10.0
+    assert config.metrics_address == "127.0.0.1:9400"
+    assert config.enabled_drivers is None
+
+
+def test_flags_beat_env_beat_file(tmp_path):
+    """A flag overrides the env var, which overrides the file."""
+    path = write(tmp_path, "scanIntervalSeconds: 30\nhookTimeoutSeconds: 7\nroot: /from-file\n")
+    env = {"DEVICEHOST_SCAN_INTERVAL": "20", "DEVICEHOST_ROOT": "/from-env"}
+    config = load_config(path, env=env, flags={"scan_interval": "5", "root": None})
+    assert config.scan_interval == 5.0
+    assert config.root == Path("/from-env")
+    assert config.hook_timeout == 7.0
+
+
+def test_config_path_from_env(tmp_path):
+    """DEVICEHOST_CONFIG names the file when --config is not given."""
+    path = write(tmp_path, "nodeName: node-7\n")
+    assert load_config(env={"DEVICEHOST_CONFIG": str(path)}).node_name == "node-7"
+
+
+def test_nested_sections_and_driver_sections(tmp_path):
+    """Nested keys (registration, log, metrics) and per-driver sections are read."""
+    path = write(
+        tmp_path,
+        "registration:\n  maxBackoffSeconds: 3\nlog:\n  format: json\n"
+        "drivers:\n  nvidia:\n    migStrategy: mixed\n",
+    )
+    config = load_config(path, env={})
+    assert config.max_backoff == 3.0
+    assert config.log_format == "json"
+    assert config.driver_section("nvidia") == {"migStrategy": "mixed"}
+    assert config.driver_section("ascend") == {}
+
+
+def test_unknown_key_names_file_and_key(tmp_path):
+    """An unknown key fails with the file, the key path and the known keys."""
+    path = write(tmp_path, "registration:\n  maxBackof: 3\n")
+    with pytest.raises(ConfigError) as failed:
+        load_config(path, env={})
+    assert str(failed.value).startswith(
+        f"{path}: registration.maxBackof: unknown key; known keys: pluginDir, root,"
+    )
+
+
+def test_bad_value_names_key_and_expectation(tmp_path):
+    """A bad value fails with the key path and what was expected."""
+    path = write(tmp_path, "scanIntervalSeconds: -1\n")
+    with pytest.raises(ConfigError) as failed:
+        load_config(path, env={})
+    assert str(failed.value) == (
+        f"{path}: scanIntervalSeconds: expected a positive number of seconds, got -1"
+    )
+
+
+def test_bad_env_value_names_the_variable():
+    """A bad env value names the variable."""
+    with pytest.raises(ConfigError) as failed:
+        load_config(env={"DEVICEHOST_LOG_FORMAT": "xml"})
+    assert str(failed.value) == (
+        "env DEVICEHOST_LOG_FORMAT: log.format: expected one of text, json, got 'xml'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "apiVersion: devicehost/v2\nkind: HostConfig\n",
+            "apiVersion: expected 'devicehost/v1', got 'devicehost/v2'",
+        ),
+        ("apiVersion: devicehost/v1\nkind: Other\n", "kind: expected 'HostConfig', got 'Other'"),
+        ("- a\n- b\n", "expected a HostConfig mapping at the top level"),
+        ("a: [\n", "not valid YAML"),
+    ],
+)
+def test_wrong_document_is_refused(tmp_path, text, message):
+    """Wrong apiVersion, kind, shape or YAML syntax each fail with what was expected."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as failed:
+        load_config(path, env={})
+    assert message in str(failed.value)
+
+
+def test_missing_file_is_a_config_error(tmp_path):
+    """A config path that does not exist says so."""
+    with pytest.raises(ConfigError) as failed:
+        load_config(tmp_path / "absent.yaml", env={})
+    assert str(failed.value).endswith("absent.yaml: cannot read: No such file or directory")
+
+
+def test_otel_endpoint_and_node_name_fall_back_to_standard_env():
+    """OTEL_EXPORTER_OTLP_ENDPOINT and NODE_NAME are honoured when ours are unset."""
+    config = load_config(
+        env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://jaeger:4317", "NODE_NAME": "n1"}
+    )
+    assert config.otlp_endpoint == "http://jaeger:4317"
+    assert config.node_name == "n1"
+
+
+def test_effective_document_loads_back_to_the_same_config(tmp_path):
+    """What `devicehost config` prints is a valid HostConfig equal to the input."""
+    path = write(tmp_path, "drivers:\n  rdma:\n    pools: []\nenabledDrivers: [rdma]\n")
+    config = load_config(path, env={})
+    again = tmp_path / "again.yaml"
+    again.write_text(yaml.safe_dump(config.to_document()))
+    assert load_config(again, env={}) == config
+    assert isinstance(config, HostConfig)

@@ -1,0 +1,103 @@
+"""The generated protobuf modules are current, and the wire format is the kubelet's."""
+
+from __future__ import annotations
+
+import filecmp
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as dp
+from devicehost._proto.podresources.v1 import api_pb2 as pr
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMITTED = ROOT / "host" / "devicehost" / "_proto"
+
+
+def test_committed_modules_match_a_fresh_generation(tmp_path):
+    """`make proto` output equals what is committed; regenerate after editing proto/."""
+    out = tmp_path / "_proto"
+    subprocess.run(
+        [sys.executable, str(ROOT / "proto" / "generate.py"), "--out", str(out)],
+        check=True,
+        capture_output=True,
+    )
+    fresh = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    committed = sorted(
+        p.relative_to(COMMITTED)
+        for p in COMMITTED.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
+    assert fresh == committed
+    stale = [str(p) for p in fresh if not filecmp.cmp(out / p, COMMITTED / p, shallow=False)]
+    assert stale == [], f"stale generated files, run `make proto`: {stale}"
+
+
+@pytest.mark.parametrize(
+    ("service", "methods"),
+    [
+        (dp.DESCRIPTOR.services_by_name["Registration"], ["Register"]),
+        (
+            dp.DESCRIPTOR.services_by_name["DevicePlugin"],
+            [
+                "GetDevicePluginOptions",
+                "ListAndWatch",
+                "GetPreferredAllocation",
+                "Allocate",
+                "PreStartContainer",
+            ],
+        ),
+        (
+            pr.DESCRIPTOR.services_by_name["PodResourcesLister"],
+            ["List", "GetAllocatableResources", "Get"],
+        ),
+    ],
+)
+def test_service_paths_match_the_kubelet(service, methods):
+    """Package and service names give the kubelet's method paths (e.g. /v1beta1.Registration)."""
+    assert service.full_name in (
+        "v1beta1.Registration",
+        "v1beta1.DevicePlugin",
+        "v1.PodResourcesLister",
+    )
+    assert [m.name for m in service.methods] == methods
+
+
+FIELDS = {
+    dp.RegisterRequest: {"version": 1, "endpoint": 2, "resource_name": 3, "options": 4},
+    dp.DevicePluginOptions: {"pre_start_required": 1, "get_preferred_allocation_available": 2},
+    dp.Device: {"ID": 1, "health": 2, "topology": 3},
+    dp.ContainerPreferredAllocationRequest: {
+        "available_deviceIDs": 1,
+        "must_include_deviceIDs": 2,
+        "allocation_size": 3,
+    },
+    dp.ContainerAllocateResponse: {
+        "envs": 1,
+        "mounts": 2,
+        "devices": 3,
+        "annotations": 4,
+        "cdi_devices": 5,
+    },
+    dp.Mount: {"container_path": 1, "host_path": 2, "read_only": 3},
+    dp.DeviceSpec: {"container_path": 1, "host_path": 2, "permissions": 3},
+    dp.PreStartContainerRequest: {"devices_ids": 1},
+    pr.PodResources: {"name": 1, "namespace": 2, "containers": 3},
+    pr.ContainerResources: {
+        "name": 1,
+        "devices": 2,
+        "cpu_ids": 3,
+        "memory": 4,
+        "dynamic_resources": 5,
+    },
+    pr.ContainerDevices: {"resource_name": 1, "device_ids": 2, "topology": 3},
+    pr.GetPodResourcesRequest: {"pod_name": 1, "pod_namespace": 2},
+}
+
+
+@pytest.mark.parametrize("message", list(FIELDS), ids=lambda m: m.DESCRIPTOR.full_name)
+def test_field_names_and_numbers_are_the_wire_format(message):
+    """Each message's field names and numbers match the published API."""
+    assert {f.name: f.number for f in message.DESCRIPTOR.fields} == FIELDS[message]
