@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from devicehost.model import resource_name_problem
-
 from devicehost_nvidia.mig import nominal_attributes
 from devicehost_nvidia.simulated import DEFAULT_MEMORY_MIB
 
@@ -118,8 +117,12 @@ def _choice(key: str, value: Any, kind: type[enum.StrEnum]) -> Any:
 
 
 def _integer(key: str, value: Any, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (
-            high is not None and value > high):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < low
+        or (high is not None and value > high)
+    ):
         limit = f"between {low} and {high}" if high is not None else f">= {low}"
         raise ValueError(f"{key}: expected an integer {limit}, got {value!r}")
     return value
@@ -208,11 +211,12 @@ def _time_slicing(value: Any) -> TimeSlicing:
         resources.append(SharedResource(name, replicas, rename))
     return TimeSlicing(
         resources=tuple(resources),
-        rename_by_default=_boolean(f"{key}.renameByDefault",
-                                   section.get("renameByDefault", False)),
-        replica_allocation=_choice(f"{key}.replicaAllocation",
-                                   section.get("replicaAllocation", "distributed"),
-                                   ReplicaAllocation),
+        rename_by_default=_boolean(f"{key}.renameByDefault", section.get("renameByDefault", False)),
+        replica_allocation=_choice(
+            f"{key}.replicaAllocation",
+            section.get("replicaAllocation", "distributed"),
+            ReplicaAllocation,
+        ),
     )
 
 
@@ -244,8 +248,16 @@ def _simulation(value: Any) -> Simulation:
     return Simulation(gpus=gpus, numa_nodes=numa, mig=mig)
 
 
-KEYS = ("deviceIdStrategy", "migStrategy", "deviceListStrategy", "cdiSpecDir", "ignoredXids",
-        "quietPeriodSeconds", "timeSlicing", "simulation")
+KEYS = (
+    "deviceIdStrategy",
+    "migStrategy",
+    "deviceListStrategy",
+    "cdiSpecDir",
+    "ignoredXids",
+    "quietPeriodSeconds",
+    "timeSlicing",
+    "simulation",
+)
 
 
 def parse_config(config: Mapping[str, Any]) -> NvidiaConfig:
@@ -253,8 +265,9 @@ def parse_config(config: Mapping[str, Any]) -> NvidiaConfig:
     section = _mapping("", config, KEYS)
     values: dict[str, Any] = {}
     if "deviceIdStrategy" in section:
-        values["device_id_strategy"] = _choice("deviceIdStrategy", section["deviceIdStrategy"],
-                                               DeviceIdStrategy)
+        values["device_id_strategy"] = _choice(
+            "deviceIdStrategy", section["deviceIdStrategy"], DeviceIdStrategy
+        )
     if "migStrategy" in section:
         values["mig_strategy"] = _choice("migStrategy", section["migStrategy"], MigStrategy)
     if "deviceListStrategy" in section:

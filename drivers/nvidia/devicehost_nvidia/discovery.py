@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devicehost.sysfs import normalise_pci_address, pci_numa_node
-
 from devicehost_nvidia.mig import profile_name
 from devicehost_nvidia.nvml import (
     NVML_ERROR_NOT_FOUND,
@@ -83,15 +82,24 @@ def _gpu(nvml: Nvml, root: Path, index: int) -> tuple[Gpu, str | None]:
     handle = nvml.device_handle_by_index(index)
     bus_id = normalise_pci_address(nvml.device_pci_bus_id(handle))
     current, pending = _mig_mode(nvml, handle)
-    gpu = Gpu(index=index, uuid=nvml.device_uuid(handle), name=nvml.device_name(handle),
-              bus_id=bus_id, minor=_minor(nvml, handle), numa_node=pci_numa_node(root, bus_id),
-              memory_bytes=nvml.device_memory_total(handle), mig_enabled=bool(current),
-              handle=handle)
+    gpu = Gpu(
+        index=index,
+        uuid=nvml.device_uuid(handle),
+        name=nvml.device_name(handle),
+        bus_id=bus_id,
+        minor=_minor(nvml, handle),
+        numa_node=pci_numa_node(root, bus_id),
+        memory_bytes=nvml.device_memory_total(handle),
+        mig_enabled=bool(current),
+        handle=handle,
+    )
     note = None
     if current != pending:
-        note = (f"GPU {index} ({gpu.uuid}): MIG mode change to "
-                f"{'enabled' if pending else 'disabled'} is pending; it takes effect after a "
-                "GPU reset")
+        note = (
+            f"GPU {index} ({gpu.uuid}): MIG mode change to "
+            f"{'enabled' if pending else 'disabled'} is pending; it takes effect after a "
+            "GPU reset"
+        )
     return gpu, note
 
 
@@ -104,11 +112,16 @@ def _mig_devices(nvml: Nvml, gpu: Gpu) -> list[MigDevice]:
             if exc.code == NVML_ERROR_NOT_FOUND:
                 continue
             raise
-        migs.append(MigDevice(
-            gpu=gpu, index=slot, uuid=nvml.device_uuid(handle),
-            gpu_instance=nvml.device_gpu_instance_id(handle),
-            compute_instance=nvml.device_compute_instance_id(handle),
-            profile=profile_name(nvml.device_attributes(handle), gpu.memory_bytes)))
+        migs.append(
+            MigDevice(
+                gpu=gpu,
+                index=slot,
+                uuid=nvml.device_uuid(handle),
+                gpu_instance=nvml.device_gpu_instance_id(handle),
+                compute_instance=nvml.device_compute_instance_id(handle),
+                profile=profile_name(nvml.device_attributes(handle), gpu.memory_bytes),
+            )
+        )
     return migs
 
 
@@ -124,13 +137,17 @@ def discover(nvml: Nvml, root: Path) -> Discovery:
         if note:
             found.notes.append(note)
         if gpu.numa_node is None:
-            found.notes.append(f"GPU {index} ({gpu.uuid}): no NUMA node in sysfs for PCI "
-                               f"device {gpu.bus_id}; advertised without topology")
+            found.notes.append(
+                f"GPU {index} ({gpu.uuid}): no NUMA node in sysfs for PCI "
+                f"device {gpu.bus_id}; advertised without topology"
+            )
         found.gpus.append(gpu)
         if gpu.mig_enabled:
             try:
                 found.migs += _mig_devices(nvml, gpu)
             except NvmlError as exc:
-                found.notes.append(f"GPU {index} ({gpu.uuid}): cannot list its MIG devices "
-                                   f"({exc}); none advertised")
+                found.notes.append(
+                    f"GPU {index} ({gpu.uuid}): cannot list its MIG devices "
+                    f"({exc}); none advertised"
+                )
     return found

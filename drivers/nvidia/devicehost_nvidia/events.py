@@ -36,8 +36,9 @@ CLOSE_WAIT_SECONDS = 1.0
 class HealthMonitor:
     """Owns the event set; ``version`` grows whenever health may have changed."""
 
-    def __init__(self, nvml: Nvml, gpus: Sequence[Gpu], tracker: HealthTracker,
-                 ignored_xids: frozenset[int]) -> None:
+    def __init__(
+        self, nvml: Nvml, gpus: Sequence[Gpu], tracker: HealthTracker, ignored_xids: frozenset[int]
+    ) -> None:
         self.nvml = nvml
         self.tracker = tracker
         self.ignored_xids = ignored_xids
@@ -58,19 +59,25 @@ class HealthMonitor:
         try:
             self._event_set = self.nvml.event_set_create()
         except NvmlError as exc:
-            return [f"cannot create an NVML event set ({exc}): health comes from NVML queries "
-                    "on each scan only"]
+            return [
+                f"cannot create an NVML event set ({exc}): health comes from NVML queries "
+                "on each scan only"
+            ]
         for gpu in self._gpus.values():
             try:
                 mask = HEALTH_EVENTS & self.nvml.device_supported_event_types(gpu.handle)
                 if not mask & EVENT_XID_CRITICAL_ERROR:
-                    notes.append(f"GPU {gpu.index} ({gpu.uuid}) reports no Xid events: its "
-                                 "health comes from NVML queries on each scan only")
+                    notes.append(
+                        f"GPU {gpu.index} ({gpu.uuid}) reports no Xid events: its "
+                        "health comes from NVML queries on each scan only"
+                    )
                 if mask:
                     self.nvml.device_register_events(gpu.handle, mask, self._event_set)
             except NvmlError as exc:
-                notes.append(f"GPU {gpu.index} ({gpu.uuid}): cannot register for NVML events "
-                             f"({exc}); its health comes from NVML queries on each scan only")
+                notes.append(
+                    f"GPU {gpu.index} ({gpu.uuid}): cannot register for NVML events "
+                    f"({exc}); its health comes from NVML queries on each scan only"
+                )
         return notes
 
     def _is_sound(self, gpu_uuid: str) -> bool:
@@ -84,8 +91,12 @@ class HealthMonitor:
             return
         if event.event_type & EVENT_XID_CRITICAL_ERROR:
             if event.event_data in self.ignored_xids:
-                log.info("GPU %d (%s): Xid %d is caused by applications; health unchanged",
-                         gpu.index, gpu.uuid, event.event_data)
+                log.info(
+                    "GPU %d (%s): Xid %d is caused by applications; health unchanged",
+                    gpu.index,
+                    gpu.uuid,
+                    event.event_data,
+                )
                 return
             reason = f"Xid {event.event_data}"
         elif event.event_type & EVENT_DOUBLE_BIT_ECC_ERROR:
@@ -94,9 +105,15 @@ class HealthMonitor:
             return
         instance = None if event.gpu_instance_id == NO_INSTANCE else event.gpu_instance_id
         where = "" if instance is None else f" GPU instance {instance}"
-        log.warning("GPU %d (%s)%s: critical event %s; Unhealthy until %g s pass without "
-                    "another and NVML reports it sound", gpu.index, gpu.uuid, where, reason,
-                    self.tracker.quiet_period)
+        log.warning(
+            "GPU %d (%s)%s: critical event %s; Unhealthy until %g s pass without "
+            "another and NVML reports it sound",
+            gpu.index,
+            gpu.uuid,
+            where,
+            reason,
+            self.tracker.quiet_period,
+        )
         self.tracker.record(gpu.uuid, instance, reason)
 
     def pump(self, stop: threading.Event) -> bool:
@@ -124,8 +141,7 @@ class HealthMonitor:
                 return True
             if not self._failing:
                 self._failing, self._failures = True, self._failures + 1
-                log.warning("waiting on the NVML event set failed (%s); re-checking every GPU",
-                            exc)
+                log.warning("waiting on the NVML event set failed (%s); re-checking every GPU", exc)
             return False
         self._failing = False
         self.handle(event)

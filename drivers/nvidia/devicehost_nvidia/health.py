@@ -67,8 +67,7 @@ class HealthTracker:
         of its marks; a MIG device by its own GPU instance's and by GPU-wide ones."""
         with self._lock:
             for (uuid, instance), mark in self._marks.items():
-                if uuid == gpu_uuid and (gpu_instance is None or instance in (None,
-                                                                               gpu_instance)):
+                if uuid == gpu_uuid and (gpu_instance is None or instance in (None, gpu_instance)):
                     return mark.reason
         return None
 
@@ -76,8 +75,7 @@ class HealthTracker:
         """Clear marks past their quiet period whose GPU is sound; True when any cleared."""
         now = self._clock()
         with self._lock:
-            due = [key for key, mark in self._marks.items()
-                   if now - mark.last >= self.quiet_period]
+            due = [key for key, mark in self._marks.items() if now - mark.last >= self.quiet_period]
         cleared = []
         for key in due:
             if is_sound(key[0]):
@@ -89,10 +87,14 @@ class HealthTracker:
                 mark = self._marks.get(key)
                 if mark is not None and now - mark.last >= self.quiet_period:
                     del self._marks[key]
-                    log.info("GPU %s%s: no critical event for %g s and NVML reports it sound; "
-                             "Healthy again (was: %s)", key[0],
-                             "" if key[1] is None else f" GPU instance {key[1]}",
-                             self.quiet_period, mark.reason)
+                    log.info(
+                        "GPU %s%s: no critical event for %g s and NVML reports it sound; "
+                        "Healthy again (was: %s)",
+                        key[0],
+                        "" if key[1] is None else f" GPU instance {key[1]}",
+                        self.quiet_period,
+                        mark.reason,
+                    )
             self.version += 1
         return True
 

@@ -99,8 +99,10 @@ def _single(found: Discovery, ids: DeviceIdStrategy, notes: list[str]) -> list[U
     enabled = [g for g in found.gpus if g.mig_enabled]
     if not enabled:
         if found.gpus:
-            notes.append("migStrategy single: no GPU has MIG enabled; advertising whole GPUs "
-                         f"as {GPU_RESOURCE}")
+            notes.append(
+                "migStrategy single: no GPU has MIG enabled; advertising whole GPUs "
+                f"as {GPU_RESOURCE}"
+            )
         return [_gpu_unit(g, ids) for g in found.gpus]
     disabled = [str(g.index) for g in found.gpus if not g.mig_enabled]
     profiles = sorted({m.profile for m in found.migs})
@@ -113,25 +115,31 @@ def _single(found: Discovery, ids: DeviceIdStrategy, notes: list[str]) -> list[U
     elif len(profiles) > 1:
         problem = f"the MIG devices have several profiles ({', '.join(profiles)})"
     if problem:
-        notes.append(f"migStrategy single needs every GPU MIG-enabled with one profile, but "
-                     f"{problem}: advertising nothing; use migStrategy mixed for such a node")
+        notes.append(
+            f"migStrategy single needs every GPU MIG-enabled with one profile, but "
+            f"{problem}: advertising nothing; use migStrategy mixed for such a node"
+        )
         return []
     return [_mig_unit(m, ids) for m in found.migs]
 
 
-def _base_resources(found: Discovery, config: NvidiaConfig,
-                    notes: list[str]) -> dict[str, list[Unit]]:
+def _base_resources(
+    found: Discovery, config: NvidiaConfig, notes: list[str]
+) -> dict[str, list[Unit]]:
     ids = config.device_id_strategy
     if config.mig_strategy is MigStrategy.NONE:
         return {GPU_RESOURCE: [_gpu_unit(g, ids) for g in found.gpus]}
     if config.mig_strategy is MigStrategy.SINGLE:
         return {GPU_RESOURCE: _single(found, ids, notes)}
-    bases: dict[str, list[Unit]] = {GPU_RESOURCE: [_gpu_unit(g, ids) for g in found.gpus
-                                                   if not g.mig_enabled]}
+    bases: dict[str, list[Unit]] = {
+        GPU_RESOURCE: [_gpu_unit(g, ids) for g in found.gpus if not g.mig_enabled]
+    }
     for gpu in found.gpus:
         if gpu.mig_enabled and not found.migs_of(gpu):
-            notes.append(f"GPU {gpu.index} ({gpu.uuid}) has MIG enabled but no MIG devices: "
-                         "nothing of it is advertised")
+            notes.append(
+                f"GPU {gpu.index} ({gpu.uuid}) has MIG enabled but no MIG devices: "
+                "nothing of it is advertised"
+            )
     by_profile = sorted(found.migs, key=lambda m: (parse_profile(m.profile), m.profile))
     for mig in by_profile:
         bases.setdefault(f"nvidia.com/mig-{mig.profile}", []).append(_mig_unit(mig, ids))
@@ -143,23 +151,32 @@ def build_inventory(found: Discovery, config: NvidiaConfig) -> Inventory:
     inventory = Inventory()
     bases = _base_resources(found, config, inventory.notes)
     slicing = config.time_slicing
-    for shared in slicing.resources:
-        if not bases.get(shared.name):
-            inventory.notes.append(f"timeSlicing: resource {shared.name!r} matches nothing on "
-                                   "this node")
+    for entry in slicing.resources:
+        if not bases.get(entry.name):
+            inventory.notes.append(
+                f"timeSlicing: resource {entry.name!r} matches nothing on this node"
+            )
     for base, units in bases.items():
         if not units:
             continue
         name = slicing.advertised_name(base)
         if name in inventory.resources:
-            inventory.notes.append(f"timeSlicing: {base!r} would be advertised as {name!r}, "
-                                   "which is already taken; not advertised")
+            inventory.notes.append(
+                f"timeSlicing: {base!r} would be advertised as {name!r}, "
+                "which is already taken; not advertised"
+            )
             continue
         shared = slicing.sharing(base)
         if shared is None:
             inventory.add(name, [Advertised(id=u.id, unit=u) for u in units])
             continue
         inventory.shared[name] = shared
-        inventory.add(name, [Advertised(id=f"{u.id}{REPLICA_SEPARATOR}{k}", unit=u, replica=k)
-                             for u in units for k in range(shared.replicas)])
+        inventory.add(
+            name,
+            [
+                Advertised(id=f"{u.id}{REPLICA_SEPARATOR}{k}", unit=u, replica=k)
+                for u in units
+                for k in range(shared.replicas)
+            ],
+        )
     return inventory

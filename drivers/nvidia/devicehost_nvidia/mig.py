@@ -50,6 +50,8 @@ def nominal_attributes(profile: str, total_bytes: int) -> MigAttributes:
     attributes = MigAttributes(slices, compute, memory_mb)
     if compute > slices or slices > 7 or profile_name(attributes, total_bytes) != profile:
         total_gb = -(-total_bytes // _GIB)
-        raise ValueError(f"MIG profile {profile!r} cannot exist on a {total_gb} GB GPU "
-                         f"(slices 1-7, memory in steps of {total_gb // _EIGHTHS} GB)")
+        raise ValueError(
+            f"MIG profile {profile!r} cannot exist on a {total_gb} GB GPU "
+            f"(slices 1-7, memory in steps of {total_gb // _EIGHTHS} GB)"
+        )
     return attributes

@@ -100,8 +100,11 @@ class PynvmlLibrary:
 
     def device_attributes(self, mig: Handle) -> MigAttributes:
         attrs = _call(pynvml.nvmlDeviceGetAttributes, mig)
-        return MigAttributes(int(attrs.gpuInstanceSliceCount),
-                             int(attrs.computeInstanceSliceCount), int(attrs.memorySizeMB))
+        return MigAttributes(
+            int(attrs.gpuInstanceSliceCount),
+            int(attrs.computeInstanceSliceCount),
+            int(attrs.memorySizeMB),
+        )
 
     def device_nvlink_state(self, device: Handle, link: int) -> bool:
         return bool(_call(pynvml.nvmlDeviceGetNvLinkState, device, link))
@@ -113,8 +116,7 @@ class PynvmlLibrary:
         return int(_call(pynvml.nvmlDeviceGetTopologyCommonAncestor, first, second))
 
     def device_remapped_rows(self, device: Handle) -> RemappedRows:
-        corrected, uncorrected, pending, failure = _call(pynvml.nvmlDeviceGetRemappedRows,
-                                                         device)
+        corrected, uncorrected, pending, failure = _call(pynvml.nvmlDeviceGetRemappedRows, device)
         return RemappedRows(int(corrected), int(uncorrected), bool(pending), bool(failure))
 
     def device_supported_event_types(self, device: Handle) -> int:
@@ -123,8 +125,7 @@ class PynvmlLibrary:
     def event_set_create(self) -> Handle:
         return _call(pynvml.nvmlEventSetCreate)
 
-    def device_register_events(self, device: Handle, event_types: int,
-                               event_set: Handle) -> None:
+    def device_register_events(self, device: Handle, event_types: int, event_set: Handle) -> None:
         _call(pynvml.nvmlDeviceRegisterEvents, device, event_types, event_set)
         with self._lock:
             self._registered[_address(device)] = device
@@ -133,8 +134,13 @@ class PynvmlLibrary:
         data = _call(pynvml.nvmlEventSetWait, event_set, timeout_ms)
         with self._lock:
             device = self._registered.get(_address(data.device), data.device)
-        return NvmlEvent(device, int(data.eventType), int(data.eventData),
-                         int(data.gpuInstanceId), int(data.computeInstanceId))
+        return NvmlEvent(
+            device,
+            int(data.eventType),
+            int(data.eventData),
+            int(data.gpuInstanceId),
+            int(data.computeInstanceId),
+        )
 
     def event_set_free(self, event_set: Handle) -> None:
         _call(pynvml.nvmlEventSetFree, event_set)

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from devicehost.sysfs import normalise_pci_address
 from devicehost.testing import FakeRoot
-
 from devicehost_nvidia.simulated import SimNode
 
 NVIDIA_PCI_VENDOR = "0x10de"
@@ -47,9 +46,15 @@ def build_tree(root: Path, node: SimNode) -> None:
         if not (link.exists() or link.is_symlink()):
             complex_ = f"{gpu.numa_node * 0x20 % 0x100:02x}"
             bridge = f"0000:{complex_}:{1 + gpu.pcie_switch % 0x1F:02x}.0"
-            fake.pci_device(address, vendor=NVIDIA_PCI_VENDOR, device=gpu.pci_device_id,
-                            numa_node=gpu.numa_node, driver="nvidia", device_class="0x030200",
-                            bus=f"pci0000:{complex_}/{bridge}")
+            fake.pci_device(
+                address,
+                vendor=NVIDIA_PCI_VENDOR,
+                device=gpu.pci_device_id,
+                numa_node=gpu.numa_node,
+                driver="nvidia",
+                device_class="0x030200",
+                bus=f"pci0000:{complex_}/{bridge}",
+            )
         _add_node(fake, f"/dev/nvidia{gpu.minor}")
     for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"):
         _add_node(fake, f"/dev/{name}")

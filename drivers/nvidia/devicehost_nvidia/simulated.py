@@ -31,6 +31,7 @@ from devicehost_nvidia.nvml import (
     TOPOLOGY_SINGLE,
     TOPOLOGY_SYSTEM,
     Handle,
+    MigAttributes,
     NvmlError,
     NvmlEvent,
     RemappedRows,
@@ -80,9 +81,16 @@ class SimGpu:
 
     def mig_devices(self) -> list[SimMig]:
         """The MIG devices, GPU instance IDs counting from 1, one compute instance each."""
-        return [SimMig(index=i, gpu_instance=i + 1, compute_instance=0, profile=profile,
-                       uuid=f"MIG-{uuid.uuid5(_NAMESPACE, f'{self.uuid}/{i + 1}/0')}")
-                for i, profile in enumerate(self.mig_profiles)]
+        return [
+            SimMig(
+                index=i,
+                gpu_instance=i + 1,
+                compute_instance=0,
+                profile=profile,
+                uuid=f"MIG-{uuid.uuid5(_NAMESPACE, f'{self.uuid}/{i + 1}/0')}",
+            )
+            for i, profile in enumerate(self.mig_profiles)
+        ]
 
 
 @dataclass(kw_only=True)
@@ -97,8 +105,10 @@ class SimNode:
         model = self.gpus[0].name if self.gpus else "no GPU"
         links = "in NVLink pairs" if self.nvlinks else "without NVLink"
         mig = sum(1 for g in self.gpus if g.mig_enabled)
-        return (f"simulated NVML: {len(self.gpus)} GPUs ({model}) {links} across NUMA nodes "
-                f"{', '.join(map(str, numa))}" + (f"; {mig} with MIG enabled" if mig else ""))
+        return (
+            f"simulated NVML: {len(self.gpus)} GPUs ({model}) {links} across NUMA nodes "
+            f"{', '.join(map(str, numa))}" + (f"; {mig} with MIG enabled" if mig else "")
+        )
 
 
 def sim_uuid(index: int) -> str:
@@ -106,18 +116,27 @@ def sim_uuid(index: int) -> str:
     return f"GPU-{uuid.uuid5(_NAMESPACE, f'gpu-{index}')}"
 
 
-def default_node(gpus: int = 8, numa_nodes: int = 2,
-                 mig: Mapping[int, Iterable[str]] | None = None) -> SimNode:
+def default_node(
+    gpus: int = 8, numa_nodes: int = 2, mig: Mapping[int, Iterable[str]] | None = None
+) -> SimNode:
     """GPUs in NVLink pairs (0-1, 2-3, …), each pair behind one PCIe switch, spread in
     equal blocks over ``numa_nodes``: the default node is 8 GPUs on two NUMA nodes."""
     mig = mig or {}
     per_node = max(1, -(-gpus // numa_nodes))
-    node = SimNode(gpus=[
-        SimGpu(index=i, uuid=sim_uuid(i), bus_id=f"00000000:{(0x07 + 0x10 * i) % 0x100:02X}:00.0",
-               numa_node=min(i // per_node, numa_nodes - 1), pcie_switch=i // 2, minor=i,
-               mig_profiles=tuple(mig.get(i, ())))
-        for i in range(gpus)
-    ])
+    node = SimNode(
+        gpus=[
+            SimGpu(
+                index=i,
+                uuid=sim_uuid(i),
+                bus_id=f"00000000:{(0x07 + 0x10 * i) % 0x100:02X}:00.0",
+                numa_node=min(i // per_node, numa_nodes - 1),
+                pcie_switch=i // 2,
+                minor=i,
+                mig_profiles=tuple(mig.get(i, ())),
+            )
+            for i in range(gpus)
+        ]
+    )
     node.nvlinks = [(i, i + 1, 4) for i in range(0, gpus - 1, 2)]
     return node
 
@@ -197,11 +216,14 @@ class SimulatedNvml:
         with self._cond:
             self._state[index] = _GpuState()
 
-    def _deliver(self, index: int, event_type: int, data: int,
-                 gpu_instance: int | None) -> None:
-        event = NvmlEvent(self._handles[index], event_type, data,
-                          NO_INSTANCE if gpu_instance is None else gpu_instance,
-                          NO_INSTANCE if gpu_instance is None else 0)
+    def _deliver(self, index: int, event_type: int, data: int, gpu_instance: int | None) -> None:
+        event = NvmlEvent(
+            self._handles[index],
+            event_type,
+            data,
+            NO_INSTANCE if gpu_instance is None else gpu_instance,
+            NO_INSTANCE if gpu_instance is None else 0,
+        )
         with self._cond:
             for event_set in self._sets:
                 if event_set.masks.get(index, 0) & event_type and not event_set.freed:
@@ -317,8 +339,11 @@ class SimulatedNvml:
 
     def device_supported_event_types(self, device: Handle) -> int:
         gpu = self._gpu(device)
-        return EVENT_XID_CRITICAL_ERROR | EVENT_DOUBLE_BIT_ECC_ERROR | 0x1 | 0x4 \
-            if gpu.events_supported else 0
+        return (
+            EVENT_XID_CRITICAL_ERROR | EVENT_DOUBLE_BIT_ECC_ERROR | 0x1 | 0x4
+            if gpu.events_supported
+            else 0
+        )
 
     def event_set_create(self) -> Handle:
         event_set = _EventSet()
@@ -326,8 +351,7 @@ class SimulatedNvml:
             self._sets.append(event_set)
         return event_set
 
-    def device_register_events(self, device: Handle, event_types: int,
-                               event_set: Handle) -> None:
+    def device_register_events(self, device: Handle, event_types: int, event_set: Handle) -> None:
         gpu = self._gpu(device)
         if not isinstance(event_set, _EventSet) or event_set.freed:
             raise NvmlError(NVML_ERROR_INVALID_ARGUMENT)
@@ -340,8 +364,9 @@ class SimulatedNvml:
         if not isinstance(event_set, _EventSet) or event_set.freed:
             raise NvmlError(NVML_ERROR_INVALID_ARGUMENT)
         with self._cond:
-            if not self._cond.wait_for(lambda: bool(event_set.queue) or event_set.freed,
-                                       timeout_ms / 1000):
+            if not self._cond.wait_for(
+                lambda: bool(event_set.queue) or event_set.freed, timeout_ms / 1000
+            ):
                 raise NvmlError(NVML_ERROR_TIMEOUT)
             if event_set.freed:
                 raise NvmlError(NVML_ERROR_INVALID_ARGUMENT)

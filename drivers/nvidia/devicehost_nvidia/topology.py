@@ -14,7 +14,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from devicehost.sysfs import normalise_pci_address
-
 from devicehost_nvidia.discovery import Gpu
 from devicehost_nvidia.nvml import (
     NVLINK_MAX_LINKS,
@@ -64,8 +63,9 @@ def _remote_bus_ids(nvml: Nvml, gpu: Gpu) -> list[str]:
     for link in range(NVLINK_MAX_LINKS):
         try:
             if nvml.device_nvlink_state(gpu.handle, link):
-                remotes.append(normalise_pci_address(
-                    nvml.device_nvlink_remote_pci_bus_id(gpu.handle, link)))
+                remotes.append(
+                    normalise_pci_address(nvml.device_nvlink_remote_pci_bus_id(gpu.handle, link))
+                )
         except NvmlError as exc:
             if exc.code in (NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED):
                 break  # past the GPU's last link, or no NVLink at all
@@ -89,8 +89,9 @@ def read_topology(nvml: Nvml, gpus: Sequence[Gpu]) -> Topology:
                 direct[(gpu.uuid, peer.uuid)] += 1
     for a, b in itertools.combinations(gpus, 2):
         key = _pair(a.uuid, b.uuid)
-        through_switch = sum(min(count, switches[b.uuid][bus])
-                             for bus, count in switches[a.uuid].items())
+        through_switch = sum(
+            min(count, switches[b.uuid][bus]) for bus, count in switches[a.uuid].items()
+        )
         links = max(direct[(a.uuid, b.uuid)], direct[(b.uuid, a.uuid)]) + through_switch
         if links:
             topology.links[key] = links

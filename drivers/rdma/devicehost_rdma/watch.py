@@ -36,8 +36,13 @@ def port_signature(root: Path) -> Signature:
 
 def watch_ports(root: Path, interval: float, notify: Callable[[], None],
                 stop: threading.Event) -> None:
-    """Block until ``stop`` is set, calling ``notify()`` after each change seen."""
+    """Block until ``stop`` is set, calling ``notify()`` after each change seen.
+
+    It also notifies once right after taking its first reading, so a change between the
+    host's last enumeration and that reading is not missed until the next scan.
+    """
     seen = port_signature(root)
+    notify()
     while not stop.wait(interval):
         now = port_signature(root)
         if now != seen:
