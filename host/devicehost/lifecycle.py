@@ -17,8 +17,7 @@ import shutil
 import signal
 import stat
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -26,12 +25,15 @@ import grpc
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from devicehost.config import HostConfig
 from devicehost.errors import ConfigError, DriverError, DriverUnavailable
+from devicehost.metrics import Gauge
 from devicehost.model import ResourceSpec
 from devicehost.plugins import Driver, DriverStatus, PluginSet, load_plugins
 from devicehost.registration import register
 from devicehost.scan import Scanner
 from devicehost.servicer import DevicePluginServicer
 from devicehost.state import ResourceState
+from devicehost.status_server import StatusServer
+from devicehost.telemetry import Telemetry
 from devicehost.watch import DirectoryWatcher, file_identity
 
 log = logging.getLogger(__name__)
@@ -99,7 +101,8 @@ class ResourceRunner:
             initial_backoff=config.initial_backoff,
             max_backoff=config.max_backoff,
             rejected_backoff=config.rejected_backoff,
-            on_attempt=self.host.on_register_attempt,
+            on_attempt=self.host.telemetry.registration,
+            tracing=self.host.telemetry.tracing,
         )
         self.registered.set()
 
@@ -168,33 +171,74 @@ class Resource:
     runner: ResourceRunner | None = None
 
 
-@dataclass
 class Host:
     """One devicehost process: its drivers, resources, runners and scanners."""
 
-    config: HostConfig
-    plugins: PluginSet | None = None
-    resources: dict[str, Resource] = field(default_factory=dict)
-    scanners: list[Scanner] = field(default_factory=list)
-    on_register_attempt: Callable[[str, BaseException | None], None] | None = None
-    use_inotify: bool = True
-    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    _sim_root: Path | None = None
-    kubelet_restarts: int = 0
-    _kubelet_seen: object = None
+    def __init__(
+        self, config: HostConfig, telemetry: Telemetry | None = None, use_inotify: bool = True
+    ) -> None:
+        self.config = config
+        self.telemetry = telemetry or Telemetry.from_config(config)
+        self.use_inotify = use_inotify
+        self.plugins: PluginSet | None = None
+        self.resources: dict[str, Resource] = {}
+        self.scanners: list[Scanner] = []
+        self.kubelet_restarts = 0
+        self.watcher = DirectoryWatcher(config.plugin_dir)
+        self.status_server: StatusServer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._sim_root: Path | None = None
+        self._kubelet_seen: object = None
+        self.telemetry.metrics.add_gauge(
+            Gauge(
+                "devicehost_devices",
+                "Devices advertised now, by resource and health.",
+                self._device_counts,
+            )
+        )
+        self.telemetry.metrics.add_gauge(
+            Gauge(
+                "devicehost_driver_info",
+                "Installed drivers (value 1), by name, version, status.",
+                self._driver_info,
+            )
+        )
 
     @property
     def root(self) -> Path:
         return self._sim_root or self.config.root
 
-    def __post_init__(self) -> None:
-        self.watcher = DirectoryWatcher(self.config.plugin_dir)
+    def _device_counts(self) -> list[tuple[dict[str, str], float]]:
+        samples = []
+        for name, resource in sorted(self.resources.items()):
+            healthy = sum(d.healthy for d in resource.state.devices.values())
+            total = len(resource.state.devices)
+            samples.append(({"resource": name, "health": "Healthy"}, float(healthy)))
+            samples.append(({"resource": name, "health": "Unhealthy"}, float(total - healthy)))
+        return samples
+
+    def _driver_info(self) -> list[tuple[dict[str, str], float]]:
+        infos = self.plugins.infos if self.plugins else []
+        return [
+            ({"driver": i.name, "version": i.version, "status": str(i.status)}, 1.0)
+            for i in infos
+            if i.kind == "driver"
+        ]
+
+    def not_registered(self) -> list[str]:
+        """Resources not (yet, or no longer) registered with the kubelet, for /readyz."""
+        return [
+            name
+            for name, r in self.resources.items()
+            if r.runner is None or not r.runner.registered.is_set()
+        ]
 
     def on_kubelet_restart(self, identity: object) -> None:
         """Called by every runner that sees kubelet.sock (re-)created; counted once each."""
         if identity != self._kubelet_seen:
             self._kubelet_seen = identity
             self.kubelet_restarts += 1
+            self.telemetry.metrics.kubelet_restarts.inc()
             log.warning(
                 "kubelet restart detected: %s was re-created; registering every resource again",
                 self.config.kubelet_socket,
@@ -203,13 +247,12 @@ class Host:
     @property
     def ready(self) -> bool:
         """True when every served resource is registered with the kubelet."""
-        return all(
-            r.runner is not None and r.runner.registered.is_set() for r in self.resources.values()
-        )
+        return not self.not_registered()
 
     async def start(self) -> None:
         """Prepare, then serve every resource and keep it registered."""
         await self.prepare()
+        await self._start_status_server()
         self.watcher.start(self.use_inotify)
         for resource in self.resources.values():
             resource.runner = ResourceRunner(self, resource.spec, resource.servicer)
@@ -330,9 +373,30 @@ class Host:
                 continue
             state = ResourceState(spec.name)
             states[spec.name] = state
-            servicer = DevicePluginServicer(spec.name, driver, state, timeout)
+            servicer = DevicePluginServicer(spec.name, driver, state, timeout, self.telemetry)
             self.resources[spec.name] = Resource(spec, driver, state, servicer)
-        self.scanners.append(Scanner(driver, states, self.config.scan_interval, timeout))
+        self.scanners.append(
+            Scanner(
+                driver,
+                states,
+                self.config.scan_interval,
+                timeout,
+                on_error=self.telemetry.driver_error,
+            )
+        )
+
+    async def _start_status_server(self) -> None:
+        address = self.config.metrics_address
+        if not address:
+            return
+        server = StatusServer(address, self.telemetry.metrics.render, self.not_registered)
+        try:
+            await server.start()
+        except OSError as exc:
+            raise ConfigError(
+                "config", "metrics.address", f"cannot listen on {address}: {exc.strerror}"
+            ) from exc
+        self.status_server = server
 
     async def stop(self) -> None:
         """End streams, stop servers and remove sockets, then let drivers release."""
@@ -349,6 +413,9 @@ class Host:
             await asyncio.gather(*(self._shutdown_driver(d) for d in self.plugins.drivers))
             for driver in self.plugins.drivers:
                 driver.pool.close()
+        if self.status_server:
+            await self.status_server.close()
+        await self.telemetry.close()
         if self._sim_root:
             shutil.rmtree(self._sim_root, ignore_errors=True)
         log.info("stopped")

@@ -4,7 +4,7 @@ A kubelet that is not listening yet (UNAVAILABLE) is waited for with a fast back
 (jittered, ``initial_backoff`` doubling up to ``max_backoff``). A kubelet that answers but
 rejects the request (bad version, invalid or taken resource name) is logged with its
 reason and retried slowly (``rejected_backoff``): the operator has to act, and the other
-resources are unaffected. Every attempt is logged.
+resources are unaffected. Every attempt is logged and is a CLIENT span.
 """
 
 from __future__ import annotations
@@ -14,16 +14,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+from opentelemetry.trace import NoOpTracer, SpanKind
+from opentelemetry.util.types import AttributeValue
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 from tenacity.wait import wait_exponential_jitter
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from devicehost.tracing import ATTEMPT, RESOURCE, Tracing, fail
 
 log = logging.getLogger(__name__)
 
 API_VERSION = "v1beta1"
 REGISTER_TIMEOUT_SECONDS = 5.0
+AttemptCallback = Callable[[str, BaseException | None], None]
 
 
 def rejected(exc: BaseException | None) -> bool:
@@ -46,6 +50,31 @@ class _Wait:
         return self.after_rejection if rejected(exc) else self.fast(state)
 
 
+def _log_retry(kubelet_socket: Path, resource: str) -> Callable[[RetryCallState], None]:
+    def before_sleep(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        detail = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else exc
+        if rejected(exc):
+            log.error(
+                "kubelet rejected resource %r (attempt %d): %s; retrying in %.1f s",
+                resource,
+                state.attempt_number,
+                detail,
+                state.upcoming_sleep,
+            )
+        else:
+            log.warning(
+                "kubelet at %s not reachable for resource %r (attempt %d): %s; retrying in %.2f s",
+                kubelet_socket,
+                resource,
+                state.attempt_number,
+                detail,
+                state.upcoming_sleep,
+            )
+
+    return before_sleep
+
+
 async def register(
     kubelet_socket: Path,
     resource: str,
@@ -55,58 +84,54 @@ async def register(
     initial_backoff: float = 0.1,
     max_backoff: float = 10.0,
     rejected_backoff: float = 60.0,
-    on_attempt: Callable[[str, BaseException | None], None] | None = None,
+    on_attempt: AttemptCallback | None = None,
+    tracing: Tracing | None = None,
 ) -> int:
     """Register until the kubelet accepts; return the number of attempts it took.
 
-    ``on_attempt(resource, error)`` is called after every attempt (error None on success),
-    for metrics and spans. Cancel the coroutine to give up (e.g. the kubelet restarted).
+    ``on_attempt(resource, error)`` is called after every attempt (error None on success).
+    Cancel the coroutine to give up (e.g. the kubelet restarted).
     """
     request = pb.RegisterRequest(
         version=API_VERSION, endpoint=endpoint, resource_name=resource, options=options
     )
-
-    def before_sleep(state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
-        delay = state.upcoming_sleep
-        if rejected(exc):
-            assert isinstance(exc, grpc.aio.AioRpcError)
-            log.error(
-                "kubelet rejected resource %r (attempt %d): %s; retrying in %.1f s",
-                resource,
-                state.attempt_number,
-                exc.details(),
-                delay,
-            )
-        else:
-            log.warning(
-                "kubelet at %s not reachable for resource %r (attempt %d): %s; retrying in %.2f s",
-                kubelet_socket,
-                resource,
-                state.attempt_number,
-                exc.details() if isinstance(exc, grpc.aio.AioRpcError) else exc,
-                delay,
-            )
-
+    tracer = tracing.tracer if tracing else NoOpTracer()
     retrying = AsyncRetrying(
         wait=_Wait(initial_backoff, max_backoff, rejected_backoff),
         retry=retry_if_exception_type(grpc.aio.AioRpcError),
-        before_sleep=before_sleep,
+        before_sleep=_log_retry(kubelet_socket, resource),
         reraise=True,
     )
     attempts = 0
     async for attempt in retrying:
         with attempt:
             attempts += 1
-            try:
-                async with grpc.aio.insecure_channel(f"unix://{kubelet_socket}") as channel:
-                    await pb_grpc.RegistrationStub(channel).Register(
-                        request, timeout=REGISTER_TIMEOUT_SECONDS
-                    )
-            except grpc.aio.AioRpcError as exc:
-                if on_attempt:
-                    on_attempt(resource, exc)
-                raise
+            attributes: dict[str, AttributeValue] = {
+                "rpc.system": "grpc",
+                "rpc.service": "v1beta1.Registration",
+                "rpc.method": "Register",
+                RESOURCE: resource,
+                ATTEMPT: attempts,
+            }
+            with tracer.start_as_current_span(
+                "v1beta1.Registration/Register",
+                kind=SpanKind.CLIENT,
+                attributes=attributes,
+                record_exception=False,
+                set_status_on_exception=False,
+            ) as span:
+                try:
+                    async with grpc.aio.insecure_channel(f"unix://{kubelet_socket}") as channel:
+                        await pb_grpc.RegistrationStub(channel).Register(
+                            request, timeout=REGISTER_TIMEOUT_SECONDS
+                        )
+                except grpc.aio.AioRpcError as exc:
+                    span.set_attribute("rpc.grpc.status_code", exc.code().value[0])
+                    fail(span, exc, exc.details())
+                    if on_attempt:
+                        on_attempt(resource, exc)
+                    raise
+                span.set_attribute("rpc.grpc.status_code", grpc.StatusCode.OK.value[0])
             if on_attempt:
                 on_attempt(resource, None)
     log.info(

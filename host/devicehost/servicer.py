@@ -2,17 +2,21 @@
 
 Requests are checked before the driver sees them (unknown IDs, unhealthy devices,
 impossible sizes), and the driver's answers are checked before the kubelet sees them.
-Every refusal is a gRPC status with a message naming the resource and the device.
+Every refusal is a gRPC status with a message naming the resource and the device. Every
+request runs in a span (``Telemetry``), with one child span per driver hook it calls.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import grpc
+from opentelemetry.trace import Span
 
+from devicehost import tracing
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from devicehost.allocator import preferred_allocation
@@ -20,8 +24,13 @@ from devicehost.errors import DriverError, DriverTimeout
 from devicehost.model import Allocation
 from devicehost.plugins import Driver
 from devicehost.state import ResourceState
+from devicehost.telemetry import Telemetry
+from devicehost.tracing import fail
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class Refusal(Exception):
@@ -52,22 +61,33 @@ def allocation_to_pb(allocation: Allocation) -> pb.ContainerAllocateResponse:
 
 
 def driver_refusal(exc: DriverError) -> Refusal:
-    code = (
-        grpc.StatusCode.DEADLINE_EXCEEDED
-        if isinstance(exc, DriverTimeout)
-        else grpc.StatusCode.INTERNAL
-    )
+    timed_out = isinstance(exc, DriverTimeout)
+    code = grpc.StatusCode.DEADLINE_EXCEEDED if timed_out else grpc.StatusCode.INTERNAL
     return Refusal(code, str(exc))
+
+
+def _result(code: grpc.StatusCode | None) -> str:
+    """The ``result`` label of a refused request: the gRPC code in lower case."""
+    return code.name.lower() if isinstance(code, grpc.StatusCode) else "error"
 
 
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     """Serves one resource of one driver."""
 
-    def __init__(self, resource: str, driver: Driver, state: ResourceState, timeout: float) -> None:
+    def __init__(
+        self,
+        resource: str,
+        driver: Driver,
+        state: ResourceState,
+        timeout: float,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         self.resource = resource
         self.driver = driver
         self.state = state
         self.timeout = timeout
+        self.telemetry = telemetry or Telemetry()
+        self.tracing = self.telemetry.tracing
         self.options = pb.DevicePluginOptions(
             pre_start_required=driver.implements("devicehost_pre_start"),
             get_preferred_allocation_available=True,
@@ -95,15 +115,13 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
 
     def check_known(self, device_ids: Sequence[str], *, healthy: bool) -> None:
         """Refuse empty, duplicate, unknown and (when ``healthy``) unhealthy device IDs."""
+        where = f"resource {self.resource!r}"
         if not device_ids:
-            raise Refusal(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"resource {self.resource!r}: the request names no device",
-            )
+            raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, f"{where}: the request names no device")
         if len(set(device_ids)) != len(device_ids):
             raise Refusal(
                 grpc.StatusCode.INVALID_ARGUMENT,
-                f"resource {self.resource!r}: a device ID is named twice in {list(device_ids)!r}",
+                f"{where}: a device ID is named twice in {list(device_ids)!r}",
             )
         devices = self.state.devices
         for device_id in device_ids:
@@ -111,27 +129,40 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             if device is None:
                 raise Refusal(
                     grpc.StatusCode.INVALID_ARGUMENT,
-                    f"unknown device ID {device_id!r} for resource {self.resource!r}",
+                    f"unknown device ID {device_id!r} for {where}",
                 )
             if healthy and not device.healthy:
                 raise Refusal(
                     grpc.StatusCode.FAILED_PRECONDITION,
-                    f"device {device_id!r} of resource {self.resource!r} is Unhealthy",
+                    f"device {device_id!r} of {where} is Unhealthy",
                 )
 
-    async def call_driver(self, hook: str, **kwargs: Any) -> Any:
-        try:
-            return await self.driver.acall(hook, self.timeout, resource=self.resource, **kwargs)
-        except DriverError as exc:
-            log.error("%s (resource %r)", exc, self.resource)
-            raise driver_refusal(exc) from exc
+    async def call_driver(
+        self, hook: str, span_attributes: dict[str, Any] | None = None, **kwargs: Any
+    ) -> Any:
+        """Call the driver's ``hook`` in a child span; a failure becomes a ``Refusal``."""
+        attributes = {tracing.DRIVER: self.driver.name, **(span_attributes or {})}
+        with self.tracing.child_span(hook, **attributes):
+            try:
+                return await self.driver.acall(hook, self.timeout, resource=self.resource, **kwargs)
+            except DriverError as exc:
+                self.telemetry.driver_error(self.driver.name, hook)
+                log.error("%s (resource %r)", exc, self.resource)
+                raise driver_refusal(exc) from exc
 
-    # -- answers, independent of gRPC (so they can be traced and benchmarked) --------------
+    # -- answers, independent of gRPC (so they can be benchmarked and fuzzed) --------------
 
-    async def allocate_one(self, device_ids: Sequence[str]) -> pb.ContainerAllocateResponse:
+    async def allocate_one(
+        self, device_ids: Sequence[str], index: int = 0
+    ) -> pb.ContainerAllocateResponse:
         self.check_known(device_ids, healthy=True)
-        allocation = await self.call_driver("devicehost_allocate", device_ids=list(device_ids))
+        allocation = await self.call_driver(
+            "devicehost_allocate",
+            device_ids=list(device_ids),
+            span_attributes={tracing.CONTAINER_INDEX: index, tracing.REQUESTED: list(device_ids)},
+        )
         if not isinstance(allocation, Allocation):
+            self.telemetry.driver_error(self.driver.name, "devicehost_allocate")
             raise driver_refusal(
                 DriverError(
                     self.driver.name,
@@ -151,8 +182,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"{where}: cannot choose {size} of {len(available)} available devices",
             )
-        missing = [i for i in must if i not in set(available)]
-        if missing or len(must) > size:
+        if not set(must) <= set(available) or len(must) > size:
             raise Refusal(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"{where}: must-include devices {must!r} are not all available, or "
@@ -160,37 +190,48 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             )
         self.check_known(available, healthy=False)
         if self.driver.implements("devicehost_preferred_allocation"):
-            try:
-                chosen = await self.driver.acall(
-                    "devicehost_preferred_allocation",
-                    self.timeout,
-                    resource=self.resource,
-                    available=available,
-                    must_include=must,
-                    size=size,
-                )
-            except DriverError as exc:
-                log.error("%s; using the host's default choice for %s", exc, where)
-                chosen = None
+            chosen = await self._driver_choice(available, must, size)
             if chosen is not None:
-                chosen = list(chosen)
-                if (
-                    len(chosen) == size
-                    and len(set(chosen)) == size
-                    and set(chosen) <= set(available)
-                    and set(must) <= set(chosen)
-                ):
-                    return chosen
-                log.error(
-                    "driver %r, hook devicehost_preferred_allocation: returned %r, not %d "
-                    "distinct available IDs with %r; using the host's default for %s",
-                    self.driver.name,
-                    chosen,
-                    size,
-                    must,
-                    where,
-                )
+                return chosen
         return preferred_allocation(self.state.devices, available, must, size)
+
+    async def _driver_choice(
+        self, available: list[str], must: list[str], size: int
+    ) -> list[str] | None:
+        """The driver's preference when valid; None (with a log line) means "use ours"."""
+        hook = "devicehost_preferred_allocation"
+        try:
+            answer = await self.call_driver(
+                hook,
+                available=available,
+                must_include=must,
+                size=size,
+                span_attributes={tracing.REQUESTED: must},
+            )
+        except Refusal as refusal:
+            log.error("%s; using the host's default choice", refusal.message)
+            return None
+        if answer is None:
+            return None
+        chosen = list(answer)
+        if (
+            len(chosen) == size == len(set(chosen))
+            and set(chosen) <= set(available)
+            and set(must) <= set(chosen)
+        ):
+            return chosen
+        self.telemetry.driver_error(self.driver.name, hook)
+        log.error(
+            "driver %r, hook %s: returned %r, not %d distinct available IDs including %r; "
+            "using the host's default choice for resource %r",
+            self.driver.name,
+            hook,
+            chosen,
+            size,
+            must,
+            self.resource,
+        )
+        return None
 
     async def pre_start(self, device_ids: Sequence[str]) -> None:
         self.check_known(device_ids, healthy=False)
@@ -199,13 +240,37 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
 
     # -- gRPC ------------------------------------------------------------------------------
 
+    async def _answer(
+        self, method: str, context: Context, answer: Callable[[Span], Awaitable[T]]
+    ) -> T:
+        """Run one request in its span: the gRPC status on the span, a refusal as a status to
+        the kubelet, an unexpected error as INTERNAL (never a dropped call)."""
+        with self.tracing.rpc_span(
+            method, self.resource, self.driver, context.invocation_metadata()
+        ) as span:
+            try:
+                result = await answer(span)
+            except Refusal as refused:
+                refusal = refused
+                fail(span, refused, refused.message)
+            except Exception as exc:
+                log.exception("resource %r: %s failed", self.resource, method)
+                refusal = Refusal(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+                fail(span, exc)
+            else:
+                span.set_attribute("rpc.grpc.status_code", grpc.StatusCode.OK.value[0])
+                return result
+            span.set_attribute("rpc.grpc.status_code", refusal.code.value[0])
+        await context.abort(refusal.code, refusal.message)
+        raise AssertionError("unreachable: abort raises")
+
     async def GetDevicePluginOptions(
-        self, request: pb.Empty, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: pb.Empty, context: Context
     ) -> pb.DevicePluginOptions:
         return self.options
 
     async def ListAndWatch(
-        self, request: pb.Empty, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: pb.Empty, context: Context
     ) -> AsyncIterator[pb.ListAndWatchResponse]:
         version = -1
         while not self.state.closed:
@@ -214,34 +279,53 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 yield self._device_list()
             await self.state.wait_newer(version)
 
-    async def Allocate(
-        self, request: pb.AllocateRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.AllocateResponse:
-        try:
+    async def Allocate(self, request: pb.AllocateRequest, context: Context) -> pb.AllocateResponse:
+        containers = [list(c.devices_ids) for c in request.container_requests]
+
+        async def answer(span: Span) -> pb.AllocateResponse:
+            span.set_attribute(tracing.CONTAINER_COUNT, len(containers))
+            span.set_attribute(tracing.REQUESTED, [i for ids in containers for i in ids])
             responses = [
-                await self.allocate_one(list(c.devices_ids)) for c in request.container_requests
+                await self.allocate_one(ids, index) for index, ids in enumerate(containers)
             ]
-        except Refusal as refusal:
-            await context.abort(refusal.code, refusal.message)
-        return pb.AllocateResponse(container_responses=responses)
+            if not self.options.pre_start_required:
+                self.telemetry.allocated(self.resource, containers, span.get_span_context())
+            return pb.AllocateResponse(container_responses=responses)
+
+        metrics = self.telemetry.metrics
+        started = time.perf_counter()
+        result = "ok"
+        try:
+            return await self._answer("Allocate", context, answer)
+        except BaseException:
+            result = _result(context.code())
+            raise
+        finally:
+            metrics.allocate_duration.observe(time.perf_counter() - started, resource=self.resource)
+            metrics.allocations.inc(resource=self.resource, result=result)
 
     async def GetPreferredAllocation(
-        self, request: pb.PreferredAllocationRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: pb.PreferredAllocationRequest, context: Context
     ) -> pb.PreferredAllocationResponse:
-        try:
-            answers = [
-                pb.ContainerPreferredAllocationResponse(deviceIDs=await self.prefer_one(c))
-                for c in request.container_requests
-            ]
-        except Refusal as refusal:
-            await context.abort(refusal.code, refusal.message)
-        return pb.PreferredAllocationResponse(container_responses=answers)
+        async def answer(span: Span) -> pb.PreferredAllocationResponse:
+            answers = []
+            for index, container in enumerate(request.container_requests):
+                chosen = await self.prefer_one(container)
+                span.set_attribute(f"{tracing.CHOSEN}.{index}", chosen)
+                answers.append(pb.ContainerPreferredAllocationResponse(deviceIDs=chosen))
+            return pb.PreferredAllocationResponse(container_responses=answers)
+
+        return await self._answer("GetPreferredAllocation", context, answer)
 
     async def PreStartContainer(
-        self, request: pb.PreStartContainerRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: pb.PreStartContainerRequest, context: Context
     ) -> pb.PreStartContainerResponse:
-        try:
-            await self.pre_start(list(request.devices_ids))
-        except Refusal as refusal:
-            await context.abort(refusal.code, refusal.message)
-        return pb.PreStartContainerResponse()
+        device_ids = list(request.devices_ids)
+
+        async def answer(span: Span) -> pb.PreStartContainerResponse:
+            span.set_attribute(tracing.REQUESTED, device_ids)
+            await self.pre_start(device_ids)
+            await self.telemetry.identify_on(span, self.resource, device_ids)
+            return pb.PreStartContainerResponse()
+
+        return await self._answer("PreStartContainer", context, answer)

@@ -1,0 +1,114 @@
+"""What the host reports about itself: tracing, metrics and pod identity, in one bundle.
+
+The servicer, registration and scanners call into this; it decides what becomes a span, a
+metric or a pod lookup, so request handling stays about requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext
+from opentelemetry.util.types import AttributeValue
+
+from devicehost import __version__, tracing
+from devicehost.config import HostConfig
+from devicehost.metrics import Metrics
+from devicehost.podresources import PodIdentity, PodResolver
+from devicehost.registration import rejected
+from devicehost.tracing import Tracing
+
+log = logging.getLogger(__name__)
+
+PRE_START_LOOKUP_SECONDS = 0.5
+POD_IDENTITY_SPAN = "devicehost/PodIdentity"
+
+
+def pod_attributes(identity: PodIdentity) -> dict[str, str]:
+    return {
+        tracing.POD: identity.pod,
+        tracing.NAMESPACE: identity.namespace,
+        tracing.CONTAINER: identity.container,
+    }
+
+
+@dataclass
+class Telemetry:
+    tracing: Tracing = field(default_factory=lambda: Tracing(None))
+    metrics: Metrics = field(default_factory=Metrics)
+    resolver: PodResolver = field(default_factory=lambda: PodResolver(None))
+    _pending: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @classmethod
+    def from_config(cls, config: HostConfig, exporter: SpanExporter | None = None) -> Telemetry:
+        tracer = Tracing.from_config(config.otlp_endpoint, config.node_name, __version__, exporter)
+        socket = config.pod_resources_socket if tracer.enabled else None
+        return cls(tracer, Metrics(), PodResolver(socket))
+
+    # -- pod identity ------------------------------------------------------------------------
+
+    def allocated(
+        self, resource: str, containers: Sequence[Sequence[str]], allocate_span: SpanContext
+    ) -> None:
+        """After an Allocate: find each container's pod in the background and record it on a
+        follow-up span in the same trace, linked to the Allocate span."""
+        if not (self.tracing.enabled and self.resolver.enabled and allocate_span.is_valid):
+            return
+        for index, device_ids in enumerate(containers):
+            task = asyncio.create_task(self._identify(resource, index, device_ids, allocate_span))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+
+    async def _identify(
+        self, resource: str, index: int, device_ids: Sequence[str], allocate_span: SpanContext
+    ) -> None:
+        identity = await self.resolver.resolve(resource, device_ids)
+        if identity is None:
+            log.debug("no pod found for %s %s", resource, list(device_ids))
+            return
+        parent = trace.set_span_in_context(NonRecordingSpan(allocate_span))
+        attributes: dict[str, AttributeValue] = {
+            tracing.RESOURCE: resource,
+            tracing.REQUESTED: list(device_ids),
+            tracing.CONTAINER_INDEX: index,
+            **pod_attributes(identity),
+        }
+        if self.tracing.node_name:
+            attributes[tracing.NODE] = self.tracing.node_name
+        with self.tracing.tracer.start_as_current_span(
+            POD_IDENTITY_SPAN, context=parent, links=[Link(allocate_span)], attributes=attributes
+        ):
+            pass
+
+    async def identify_on(self, span: Span, resource: str, device_ids: Sequence[str]) -> None:
+        """At PreStartContainer: put the pod's identity on that span (one quick lookup)."""
+        if not (self.tracing.enabled and self.resolver.enabled):
+            return
+        with contextlib.suppress(TimeoutError):
+            identity = await asyncio.wait_for(
+                self.resolver.lookup(resource, device_ids), PRE_START_LOOKUP_SECONDS
+            )
+            if identity is not None:
+                span.set_attributes(pod_attributes(identity))
+
+    # -- errors and shutdown -----------------------------------------------------------------
+
+    def driver_error(self, driver: str, hook: str) -> None:
+        self.metrics.driver_errors.inc(driver=driver, hook=hook)
+
+    def registration(self, resource: str, error: BaseException | None) -> None:
+        result = "ok" if error is None else "rejected" if rejected(error) else "unreachable"
+        self.metrics.registrations.inc(resource=resource, result=result)
+
+    async def close(self) -> None:
+        for task in list(self._pending):
+            task.cancel()
+        await asyncio.gather(*self._pending, return_exceptions=True)
+        await self.resolver.close()
+        self.tracing.shutdown()
