@@ -148,7 +148,7 @@ class ResourceRunner:
                         kubelet_socket,
                     )
                     continue
-                self.host.on_kubelet_restart(now)
+                log.info("resource %r: kubelet.sock re-created; registering again", self.name)
                 await _cancel(registering)
                 self.registered.clear()
                 registering = asyncio.create_task(self._register(), name=f"register-{self.name}")
@@ -188,7 +188,6 @@ class Host:
         self.status_server: StatusServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._sim_root: Path | None = None
-        self._kubelet_seen: object = None
         self.telemetry.metrics.add_gauge(
             Gauge(
                 "devicehost_devices",
@@ -233,16 +232,26 @@ class Host:
             if r.runner is None or not r.runner.registered.is_set()
         ]
 
-    def on_kubelet_restart(self, identity: object) -> None:
-        """Called by every runner that sees kubelet.sock (re-)created; counted once each."""
-        if identity != self._kubelet_seen:
-            self._kubelet_seen = identity
-            self.kubelet_restarts += 1
-            self.telemetry.metrics.kubelet_restarts.inc()
-            log.warning(
-                "kubelet restart detected: %s was re-created; registering every resource again",
-                self.config.kubelet_socket,
-            )
+    async def _count_kubelet_restarts(self) -> None:
+        """Count each new kubelet.sock after one was seen (a late first kubelet is no restart)."""
+        changed = self.watcher.subscribe()
+        seen = file_identity(self.config.kubelet_socket)
+        try:
+            while True:
+                await changed.wait()
+                changed.clear()
+                now = file_identity(self.config.kubelet_socket)
+                if now is not None and now != seen:
+                    if seen is not None:
+                        self.kubelet_restarts += 1
+                        self.telemetry.metrics.kubelet_restarts.inc()
+                        log.warning(
+                            "kubelet restart detected: %s was re-created",
+                            self.config.kubelet_socket,
+                        )
+                    seen = now
+        finally:
+            self.watcher.unsubscribe(changed)
 
     @property
     def ready(self) -> bool:
@@ -254,6 +263,7 @@ class Host:
         await self.prepare()
         await self._start_status_server()
         self.watcher.start(self.use_inotify)
+        self._tasks.append(asyncio.create_task(self._count_kubelet_restarts()))
         for resource in self.resources.values():
             resource.runner = ResourceRunner(self, resource.spec, resource.servicer)
             self._tasks.append(

@@ -4,6 +4,8 @@
 - ``FakeRoot``: fake sysfs and /dev trees under a directory.
 - ``check_driver``: the conformance battery every driver runs on itself.
 - ``HostThread``: a real host running in a background thread.
+- ``OtlpReceiver``: an in-process OTLP/gRPC trace receiver.
+- ``PodResourcesStandIn``: the kubelet's PodResources API on a unix socket.
 - pytest fixtures (``fake_root``, ``plugin_dir``, ``kubelet``, ``host_config``,
   ``run_host``) arrive through the ``pytest11`` entry point.
 """
@@ -12,6 +14,8 @@ from devicehost.testing.conformance import ConformanceError, ConformanceReport, 
 from devicehost.testing.fakeroot import FakeRoot
 from devicehost.testing.hostthread import HostThread
 from devicehost.testing.kubelet import KubeletStandIn
+from devicehost.testing.otlp import OtlpReceiver
+from devicehost.testing.podresources import PodResourcesStandIn
 
 __all__ = [
     "ConformanceError",
@@ -19,5 +23,7 @@ __all__ = [
     "FakeRoot",
     "HostThread",
     "KubeletStandIn",
+    "OtlpReceiver",
+    "PodResourcesStandIn",
     "check_driver",
 ]

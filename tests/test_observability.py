@@ -1,0 +1,301 @@
+"""Traces through the real SDK and OTLP exporter to a real receiver; metrics and probes over
+real HTTP; pod identity from a real PodResources stand-in."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import urllib.error
+import urllib.request
+
+import grpc
+import pytest
+from conftest import SCRIPTED, eventually
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
+from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from devicehost.logs import setup_logging
+from devicehost.testing import OtlpReceiver, PodResourcesStandIn
+from devicehost.testing.otlp import attributes
+from devicehost.tracing import Tracing
+
+RES = "test.example/dev"
+ALLOCATE = "v1beta1.DevicePlugin/Allocate"
+
+
+@pytest.fixture
+def receiver(monkeypatch):
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
+    with OtlpReceiver() as running:
+        yield running
+
+
+@pytest.fixture
+def traced(install, run_host, kubelet, receiver, plugin_dir):
+    """Start the scripted driver with tracing to the receiver; returns the host thread."""
+
+    def start(section=None, target=SCRIPTED, **overrides):
+        install("devicehost-alpha", drivers={"alpha": target})
+        overrides.setdefault("pod_resources_socket", plugin_dir / "pod-resources.sock")
+        host = run_host(enabled_drivers=("alpha",), otlp_endpoint=receiver.endpoint,
+                        node_name="node-a",
+                        drivers={"alpha": section or {"resources": {RES: 4}}}, **overrides)
+        kubelet.wait_registered(RES)
+        kubelet.wait_devices(RES, lambda d: len(d) > 0)
+        return host
+
+    return start
+
+
+def test_allocate_span_is_a_root_server_span_with_attributes(traced, kubelet, receiver):
+    """Allocate is a root SERVER span carrying resource, driver, IDs, node and OK status."""
+    traced()
+    kubelet.allocate(RES, [["dev-1", "dev-2"]])
+    span = receiver.wait_for_span(ALLOCATE)
+    assert span.parent_span_id == b""
+    assert span.kind == Span.SPAN_KIND_SERVER
+    attrs = attributes(span)
+    assert attrs["devicehost.resource"] == RES
+    assert attrs["devicehost.driver.name"] == "alpha"
+    assert attrs["devicehost.driver.version"] == "1.0"
+    assert attrs["devicehost.device_ids.requested"] == ["dev-1", "dev-2"]
+    assert attrs["devicehost.container.count"] == 1
+    assert attrs["k8s.node.name"] == "node-a"
+    assert attrs["rpc.grpc.status_code"] == 0
+    resource = receiver.resources[receiver.spans.index(span)]
+    assert resource["service.name"] == "devicehost"
+
+
+def test_driver_hook_is_a_child_span_per_container(traced, kubelet, receiver):
+    """Each container's allocate hook is a child of the Allocate span, with its index."""
+    traced()
+    kubelet.allocate(RES, [["dev-0"], ["dev-3"]])
+    parent = receiver.wait_for_span(ALLOCATE)
+    eventually(lambda: len(receiver.named("devicehost_allocate")) == 2)
+    hooks = receiver.named("devicehost_allocate")
+    assert {h.parent_span_id for h in hooks} == {parent.span_id}
+    assert {h.trace_id for h in hooks} == {parent.trace_id}
+    assert sorted((attributes(h)["devicehost.container.index"],
+                   attributes(h)["devicehost.device_ids.requested"]) for h in hooks) == [
+        (0, ["dev-0"]), (1, ["dev-3"])]
+
+
+def test_refused_request_has_error_status_and_grpc_code(traced, kubelet, receiver):
+    """An unknown device: the Allocate span is ERROR with INVALID_ARGUMENT (3)."""
+    traced()
+    with pytest.raises(grpc.RpcError):
+        kubelet.allocate(RES, [["nope"]])
+    span = receiver.wait_for_span(ALLOCATE)
+    assert span.status.code == Status.STATUS_CODE_ERROR
+    assert span.status.message == f"unknown device ID 'nope' for resource '{RES}'"
+    assert attributes(span)["rpc.grpc.status_code"] == 3
+
+
+def test_driver_exception_is_recorded_on_the_hook_span(traced, kubelet, receiver):
+    """A driver raising: the hook span is ERROR and carries the exception event."""
+    traced({"resources": {RES: 2}, "raise": ["devicehost_allocate"]})
+    with pytest.raises(grpc.RpcError):
+        kubelet.allocate(RES, [["dev-0"]])
+    hook = receiver.wait_for_span("devicehost_allocate")
+    assert hook.status.code == Status.STATUS_CODE_ERROR
+    assert [e.name for e in hook.events] == ["exception"]
+    assert "scripted failure" in attributes(hook.events[0])["exception.message"]
+    assert attributes(receiver.wait_for_span(ALLOCATE))["rpc.grpc.status_code"] == 13
+
+
+def test_incoming_traceparent_is_honoured(traced, kubelet, receiver):
+    """A traceparent in the gRPC metadata makes Allocate a child of that trace."""
+    traced()
+    trace_id, parent_id = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    socket = kubelet.plugin_dir / "devicehost-test.example_dev.sock"
+    with grpc.insecure_channel(f"unix://{socket}") as channel:
+        pb_grpc.DevicePluginStub(channel).Allocate(
+            pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(
+                devices_ids=["dev-0"])]),
+            metadata=[("traceparent", f"00-{trace_id}-{parent_id}-01")])
+    span = receiver.wait_for_span(ALLOCATE)
+    assert span.trace_id.hex() == trace_id
+    assert span.parent_span_id.hex() == parent_id
+
+
+def test_preferred_allocation_and_registration_are_traced(traced, kubelet, receiver):
+    """GetPreferredAllocation records the chosen IDs; each Register attempt is a span."""
+    traced()
+    kubelet.preferred_allocation(RES, ["dev-0", "dev-1", "dev-2"], [], 2)
+    span = receiver.wait_for_span("v1beta1.DevicePlugin/GetPreferredAllocation")
+    assert attributes(span)["devicehost.device_ids.chosen.0"] == ["dev-0", "dev-2"]
+    register = receiver.wait_for_span("v1beta1.Registration/Register")
+    assert attributes(register)["devicehost.resource"] == RES
+    assert attributes(register)["devicehost.registration.attempt"] == 1
+    assert register.kind == Span.SPAN_KIND_CLIENT
+
+
+def test_pod_identity_arrives_on_a_follow_up_span(traced, kubelet, receiver, plugin_dir):
+    """After Allocate, the pod that got the devices is found through PodResources and put
+    on a follow-up span in the same trace, linked to the Allocate span."""
+    with PodResourcesStandIn(plugin_dir / "pod-resources.sock") as pods:
+        pods.assign("shop", "web-0", "main", RES, ["dev-2"])
+        traced()
+        kubelet.allocate(RES, [["dev-2"]])
+        allocate = receiver.wait_for_span(ALLOCATE)
+        identity = receiver.wait_for_span("devicehost/PodIdentity")
+    attrs = attributes(identity)
+    assert (attrs["k8s.pod.name"], attrs["k8s.namespace.name"], attrs["k8s.container.name"]) == (
+        "web-0", "shop", "main")
+    assert identity.trace_id == allocate.trace_id
+    assert identity.parent_span_id == allocate.span_id
+    assert [link.span_id for link in identity.links] == [allocate.span_id]
+
+
+def test_pod_identity_on_pre_start_span_when_driver_requires_pre_start(
+        traced, kubelet, receiver, plugin_dir):
+    """With pre-start required, the PreStartContainer span itself carries the pod."""
+    with PodResourcesStandIn(plugin_dir / "pod-resources.sock") as pods:
+        pods.assign("ml", "train-1", "worker", RES, ["dev-1"])
+        traced(target="testdrivers.scripted:ScriptedWithPreStart")
+        kubelet.allocate(RES, [["dev-1"]])
+        kubelet.pre_start(RES, ["dev-1"])
+        span = receiver.wait_for_span("v1beta1.DevicePlugin/PreStartContainer")
+    assert attributes(span)["k8s.pod.name"] == "train-1"
+    assert attributes(span)["k8s.container.name"] == "worker"
+    assert receiver.named("devicehost/PodIdentity") == []
+
+
+def test_missing_pod_resources_socket_leaves_allocate_working(traced, kubelet, receiver,
+                                                              caplog):
+    """Without the PodResources socket, Allocate succeeds and one log line says why."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    traced()
+    assert kubelet.allocate(RES, [["dev-0"]]).container_responses
+    receiver.wait_for_span(ALLOCATE)
+    eventually(lambda: any("PodResources socket" in r.getMessage() and "absent" in
+                           r.getMessage() for r in caplog.records))
+    assert receiver.named("devicehost/PodIdentity") == []
+
+
+def test_hanging_pod_resources_does_not_hold_allocate(traced, kubelet, receiver, plugin_dir):
+    """A PodResources socket that answers slowly never delays or fails Allocate."""
+    with PodResourcesStandIn(plugin_dir / "pod-resources.sock", delay=3.0) as pods:
+        pods.assign("shop", "web-0", "main", RES, ["dev-0"])
+        traced()
+        response = kubelet.allocate(RES, [["dev-0"]], timeout=1.0)
+        assert response.container_responses[0].envs["SCRIPTED_DEVICES"] == "dev-0"
+        eventually(lambda: pods.calls >= 1)
+
+
+def test_tracing_is_off_without_an_endpoint():
+    """No endpoint configured: a no-op tracer, nothing exported."""
+    tracing = Tracing.from_config("", "node", "1.0")
+    assert tracing.enabled is False
+    with tracing.child_span("x") as span:
+        assert not span.is_recording()
+
+
+# -- metrics and probes -------------------------------------------------------------------
+
+
+def scrape(host, path="/metrics"):
+    server = host.host.status_server
+    url = f"http://127.0.0.1:{server.port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def sample(text, name, **labels):
+    """The value of one sample in Prometheus text, or None."""
+    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    pattern = re.escape(name) + (r"\{" + re.escape(wanted) + r"\}" if labels else "") + r" (\S+)"
+    match = re.search("^" + pattern + "$", text, re.MULTILINE)
+    return float(match.group(1)) if match else None
+
+
+@pytest.fixture
+def metered(install, run_host, kubelet):
+    def start(section=None):
+        install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+        host = run_host(enabled_drivers=("alpha",), metrics_address="127.0.0.1:0",
+                        drivers={"alpha": section or {"resources": {RES: 3}}})
+        kubelet.wait_registered(RES)
+        kubelet.wait_devices(RES, lambda d: len(d) == 3)
+        return host
+
+    return start
+
+
+def test_metrics_move_with_allocations(metered, kubelet):
+    """Allocations count by result, and their durations land in the histogram."""
+    host = metered()
+    kubelet.allocate(RES, [["dev-0"]])
+    kubelet.allocate(RES, [["dev-1"]])
+    with pytest.raises(grpc.RpcError):
+        kubelet.allocate(RES, [["missing"]])
+    _, text = scrape(host)
+    assert sample(text, "devicehost_allocations_total", resource=RES, result="ok") == 2
+    assert sample(text, "devicehost_allocations_total", resource=RES,
+                  result="invalid_argument") == 1
+    assert sample(text, "devicehost_allocate_duration_seconds_count", resource=RES) == 3
+    assert sample(text, "devicehost_registrations_total", resource=RES, result="ok") == 1
+    assert sample(text, "devicehost_driver_info", driver="alpha", version="1.0",
+                  status="active") == 1
+
+
+def test_devices_gauge_follows_health(metered, kubelet):
+    """devicehost_devices counts Healthy and Unhealthy devices as they flip."""
+    host = metered()
+    plugin = host.host.resources[RES].driver.plugin
+    host.call(plugin.set_health, RES, "dev-2", False)
+    kubelet.wait_health(RES, "dev-2", "Unhealthy")
+    _, text = scrape(host)
+    assert sample(text, "devicehost_devices", resource=RES, health="Healthy") == 2
+    assert sample(text, "devicehost_devices", resource=RES, health="Unhealthy") == 1
+
+
+def test_driver_errors_and_kubelet_restarts_are_counted(metered, kubelet):
+    """A raising hook and a kubelet restart each move their counter."""
+    host = metered({"resources": {RES: 3}, "raise": ["devicehost_allocate"]})
+    with pytest.raises(grpc.RpcError):
+        kubelet.allocate(RES, [["dev-0"]])
+    kubelet.restart()
+    kubelet.wait_registered(RES, count=2)
+    _, text = scrape(host)
+    assert sample(text, "devicehost_driver_errors_total", driver="alpha",
+                  hook="devicehost_allocate") == 1
+    assert sample(text, "devicehost_kubelet_restarts_total") >= 1
+
+
+def test_readyz_follows_registration_and_healthz_answers(metered, kubelet):
+    """/readyz is 200 while registered, 503 while the kubelet is gone, 200 once back."""
+    host = metered()
+    eventually(lambda: scrape(host, "/readyz")[0] == 200)
+    assert scrape(host, "/healthz")[0] == 200
+    kubelet.stop()
+    (kubelet.plugin_dir / "devicehost-test.example_dev.sock").unlink()
+    eventually(lambda: scrape(host, "/readyz") == (503, f"not registered: {RES}\n"))
+    kubelet.start()
+    kubelet.wait_registered(RES, count=2)
+    eventually(lambda: scrape(host, "/readyz")[0] == 200)
+    assert scrape(host, "/nope")[0] == 404
+
+
+def test_json_logs_carry_trace_and_span_ids(capsys):
+    """In JSON format, a log line inside a span has its trace_id and span_id."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    setup_logging("json", "info")
+    try:
+        tracer = TracerProvider().get_tracer("test")
+        with tracer.start_as_current_span("work") as span:
+            logging.getLogger("devicehost.test").info("inside")
+        logging.getLogger("devicehost.test").info("outside")
+    finally:
+        logging.getLogger().handlers.clear()
+    inside, outside = (json.loads(line) for line in capsys.readouterr().err.splitlines())
+    assert inside["message"] == "inside"
+    assert inside["trace_id"] == format(span.get_span_context().trace_id, "032x")
+    assert inside["span_id"] == format(span.get_span_context().span_id, "016x")
+    assert "trace_id" not in outside
