@@ -143,7 +143,7 @@ class ResourceRunner:
                     continue
                 kubelet = now
                 if now is None:
-                    log.warning(
+                    log.info(
                         "kubelet socket %s is gone; waiting for the kubelet to return",
                         kubelet_socket,
                     )
