@@ -11,9 +11,9 @@ import urllib.request
 
 import grpc
 import pytest
-from conftest import SCRIPTED, eventually
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from conftest import SCRIPTED, eventually
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from devicehost.logs import setup_logging
