@@ -15,20 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from devicehost.testing.distributions import write_distribution
+
 TESTS = Path(__file__).parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
-
-
-def write_distribution(site: Path, dist: str, entry_points: dict[str, dict[str, str]]) -> None:
-    info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
-    lines = []
-    for group, points in entry_points.items():
-        lines.append(f"[{group}]")
-        lines += [f"{name} = {target}" for name, target in points.items()]
-    (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
 
 
 Install = Callable[..., None]

@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import SCRIPTED, write_distribution
+from conftest import SCRIPTED
+from devicehost.testing import write_distribution
 
 
 def devicehost(*args: str, site: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from conftest import SCRIPTED, eventually, write_distribution
-from devicehost.testing import HostThread, KubeletStandIn
+from conftest import SCRIPTED, eventually
+from devicehost.testing import HostThread, KubeletStandIn, write_distribution
 
 RES = "test.example/dev"
 SOCKET = "devicehost-test.example_dev.sock"

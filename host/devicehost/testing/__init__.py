@@ -6,11 +6,13 @@
 - ``HostThread``: a real host running in a background thread.
 - ``OtlpReceiver``: an in-process OTLP/gRPC trace receiver.
 - ``PodResourcesStandIn``: the kubelet's PodResources API on a unix socket.
+- ``write_distribution``: make a module discoverable through entry points, no wheel needed.
 - pytest fixtures (``fake_root``, ``plugin_dir``, ``kubelet``, ``host_config``,
   ``run_host``) arrive through the ``pytest11`` entry point.
 """
 
 from devicehost.testing.conformance import ConformanceError, ConformanceReport, check_driver
+from devicehost.testing.distributions import write_distribution
 from devicehost.testing.fakeroot import FakeRoot
 from devicehost.testing.hostthread import HostThread
 from devicehost.testing.kubelet import KubeletStandIn
@@ -26,4 +28,5 @@ __all__ = [
     "OtlpReceiver",
     "PodResourcesStandIn",
     "check_driver",
+    "write_distribution",
 ]

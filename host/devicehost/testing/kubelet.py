@@ -70,6 +70,10 @@ class KubeletStandIn:
         self.registrations: list[pb.RegisterRequest] = []
         self.endpoints: dict[str, PluginEndpoint] = {}
         self.restarts = 0
+        #: ``time.perf_counter()`` when kubelet.sock last started answering, and when each
+        #: resource was last accepted (benchmarks time restarts with these).
+        self.serving_since = 0.0
+        self.registered_at: dict[str, float] = {}
         self._cond = threading.Condition()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -124,6 +128,7 @@ class KubeletStandIn:
         server.add_insecure_port(f"unix:{self.socket_path}")
         await server.start()
         self._server = server
+        self.serving_since = time.perf_counter()
 
     def stop(self) -> None:
         """Stop serving and close every plugin connection (the kubelet went away)."""
@@ -346,6 +351,7 @@ class _Registration(pb_grpc.RegistrationServicer):
             problem = kubelet.reject[request.resource_name]
         if problem:
             await context.abort(grpc.StatusCode.UNKNOWN, problem)
+        kubelet.registered_at[request.resource_name] = time.perf_counter()
         await kubelet._accept(request)
         kubelet._changed()
         return pb.Empty()
