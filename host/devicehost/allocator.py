@@ -6,6 +6,8 @@ Drivers with better topology knowledge (NVLink, HCCS, PCIe switches) implement
 
 from __future__ import annotations
 
+import functools
+import heapq
 import re
 from collections.abc import Mapping, Sequence
 
@@ -14,6 +16,7 @@ from devicehost.model import Device
 _DIGITS = re.compile(r"(\d+)")
 
 
+@functools.lru_cache(maxsize=1 << 16)  # device IDs are few and stable; keys are reused
 def natural_key(device_id: str) -> tuple[object, ...]:
     """Sort key that puts ``gpu-2`` before ``gpu-10``."""
     return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(device_id))
@@ -41,8 +44,9 @@ def preferred_allocation(
         return chosen[:size]
     taken = set(chosen)
     groups: dict[int, list[str]] = {}
-    for device_id in sorted(set(available) - taken, key=natural_key):
-        groups.setdefault(_numa_of(devices.get(device_id)), []).append(device_id)
+    for device_id in available:
+        if device_id not in taken:
+            groups.setdefault(_numa_of(devices.get(device_id)), []).append(device_id)
     order: list[int] = []
     for node in dict.fromkeys(_numa_of(devices.get(i)) for i in chosen):
         if node in groups:
@@ -58,7 +62,7 @@ def preferred_allocation(
         else:
             order.extend(sorted(rest, key=lambda n: (-len(groups[n]), n)))
     for node in order:
-        chosen.extend(groups[node][: size - len(chosen)])
+        chosen.extend(heapq.nsmallest(size - len(chosen), groups[node], key=natural_key))
         if len(chosen) >= size:
             break
     return chosen

@@ -90,7 +90,8 @@ class Device:
     def __post_init__(self) -> None:
         # Not validated here: the host checks each device at enumeration and drops only the
         # bad one (with a log line naming the driver), instead of failing the whole list.
-        object.__setattr__(self, "numa_nodes", tuple(self.numa_nodes))
+        if type(self.numa_nodes) is not tuple:
+            object.__setattr__(self, "numa_nodes", tuple(self.numa_nodes))
 
     @property
     def healthy(self) -> bool:
@@ -101,13 +102,17 @@ class Device:
         id_problem = device_id_problem(self.id)
         if id_problem:
             return id_problem
-        if self.health not in (Health.HEALTHY, Health.UNHEALTHY):
+        if self.health not in _LEGAL_HEALTH:
             return f"device {self.id!r} has health {self.health!r}; expected Healthy or Unhealthy"
-        if not all(
-            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in self.numa_nodes
-        ):
-            return f"device {self.id!r} has NUMA nodes {self.numa_nodes!r}; expected integers >= 0"
+        for node in self.numa_nodes:
+            if type(node) is not int or node < 0:
+                return (
+                    f"device {self.id!r} has NUMA nodes {self.numa_nodes!r}; expected integers >= 0"
+                )
         return None
+
+
+_LEGAL_HEALTH = frozenset(Health)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

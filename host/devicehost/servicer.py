@@ -21,7 +21,7 @@ from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from devicehost.allocator import preferred_allocation
 from devicehost.errors import DriverError, DriverTimeout
-from devicehost.model import Allocation
+from devicehost.model import Allocation, Device
 from devicehost.plugins import Driver
 from devicehost.state import ResourceState
 from devicehost.telemetry import Telemetry
@@ -60,6 +60,16 @@ def allocation_to_pb(allocation: Allocation) -> pb.ContainerAllocateResponse:
     )
 
 
+def _encode(device: Device) -> bytes:
+    """One device as the bytes of a one-device ListAndWatchResponse; repeated fields
+    concatenate, so joining these gives the whole list."""
+    topology = pb.TopologyInfo(nodes=[pb.NUMANode(ID=n) for n in device.numa_nodes])
+    entry = pb.Device(
+        ID=device.id, health=str(device.health), topology=topology if device.numa_nodes else None
+    )
+    return pb.ListAndWatchResponse(devices=[entry]).SerializeToString()
+
+
 def driver_refusal(exc: DriverError) -> Refusal:
     timed_out = isinstance(exc, DriverTimeout)
     code = grpc.StatusCode.DEADLINE_EXCEEDED if timed_out else grpc.StatusCode.INTERNAL
@@ -93,24 +103,23 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             get_preferred_allocation_available=True,
         )
         self._list: tuple[int, pb.ListAndWatchResponse] | None = None
+        self._encoded: dict[Device, bytes] = {}
 
     # -- helpers ---------------------------------------------------------------------------
 
     def _device_list(self) -> pb.ListAndWatchResponse:
-        """The current list as a message, built once per state version for every stream."""
+        """The current list as a message, built once per state version for every stream.
+
+        Each device's wire bytes are cached while the device is unchanged, so a change to one
+        device of thousands costs one encoding and a parse of the joined bytes, not thousands
+        of message constructions.
+        """
         version = self.state.version
         if self._list is None or self._list[0] != version:
-            devices = [
-                pb.Device(
-                    ID=d.id,
-                    health=str(d.health),
-                    topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=n) for n in d.numa_nodes])
-                    if d.numa_nodes
-                    else None,
-                )
-                for d in self.state.devices.values()
-            ]
-            self._list = (version, pb.ListAndWatchResponse(devices=devices))
+            cache = self._encoded
+            self._encoded = {d: cache.get(d) or _encode(d) for d in self.state.devices.values()}
+            message = pb.ListAndWatchResponse.FromString(b"".join(self._encoded.values()))
+            self._list = (version, message)
         return self._list[1]
 
     def check_known(self, device_ids: Sequence[str], *, healthy: bool) -> None:

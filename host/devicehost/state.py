@@ -41,14 +41,23 @@ class Diff:
 
 
 def diff(old: Mapping[str, Device], new: Mapping[str, Device]) -> Diff:
-    """The change from ``old`` to ``new`` (both keyed by device ID)."""
-    common = old.keys() & new.keys()
-    return Diff(
-        added=tuple(i for i in new if i not in old),
-        removed=tuple(i for i in old if i not in new),
-        unhealthy=tuple(i for i in new if i in common and old[i].healthy and not new[i].healthy),
-        healthy=tuple(i for i in new if i in common and not old[i].healthy and new[i].healthy),
-    )
+    """The change from ``old`` to ``new`` (both keyed by device ID), in one pass."""
+    added: list[str] = []
+    unhealthy: list[str] = []
+    healthy: list[str] = []
+    for device_id, device in new.items():
+        before = old.get(device_id)
+        if before is None:
+            added.append(device_id)
+        elif before.health != device.health:
+            (healthy if device.healthy else unhealthy).append(device_id)
+    removed = [i for i in old if i not in new] if len(old) + len(added) != len(new) else []
+    return Diff(tuple(added), tuple(removed), tuple(unhealthy), tuple(healthy))
+
+
+def same_topology(old: Mapping[str, Device], new: Mapping[str, Device]) -> bool:
+    """True when no device's NUMA nodes changed (health and membership are in ``diff``)."""
+    return all(old[i].numa_nodes == d.numa_nodes for i, d in new.items() if i in old)
 
 
 class ResourceState:
@@ -68,7 +77,7 @@ class ResourceState:
         change = diff(self.devices, new)
         first = not self.enumerated
         self.enumerated = True
-        if change or first or new != self.devices:
+        if change or first or not same_topology(self.devices, new):
             self.devices = new
             self._bump()
         return change
