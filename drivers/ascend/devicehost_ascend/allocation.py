@@ -79,4 +79,9 @@ class Allocator:
             d.id: Allocation(devices=self.own_nodes([d]))
             for d in sorted(devices, key=lambda d: d.id)
         }
-        return write_spec(self.config.cdi_dir, CDI_KIND, per_device, common)
+        try:
+            return write_spec(self.config.cdi_dir, CDI_KIND, per_device, common)
+        except OSError as exc:
+            raise RuntimeError(
+                f"cannot write the CDI spec in {self.config.cdi_dir} (cdiDir): {exc}"
+            ) from exc

@@ -26,12 +26,15 @@ ASSERTION_ONE_OFF = 2
 
 
 class DcmiError(Exception):
-    """A DCMI call failed; ``code`` is DCMI's return code (e.g. -8007 invalid device ID)."""
+    """A DCMI call failed: ``code`` is DCMI's return code (e.g. -8007, invalid device ID),
+    or None when the call could not be made or its answer made no sense (``detail``)."""
 
-    def __init__(self, call: str, code: int, detail: str = "") -> None:
+    def __init__(self, call: str, code: int | None, detail: str = "") -> None:
         self.call, self.code = call, code
-        suffix = f" ({detail})" if detail else ""
-        super().__init__(f"{call} returned {code}{suffix}")
+        if code is None:
+            super().__init__(f"{call}: {detail}")
+        else:
+            super().__init__(f"{call} returned {code}" + (f" ({detail})" if detail else ""))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -294,7 +294,7 @@ class CtypesDcmi:
         if not {"dcmi_get_card_list", "dcmi_get_card_num_list"} & set(self._functions):
             missing.append("dcmi_get_card_list")
         if missing:
-            raise DcmiError(missing[0], -1, f"symbol missing from {path}")
+            raise OSError(f"DCMI symbols missing: {', '.join(missing)}")
         self._call("dcmi_init")
 
     @property
@@ -305,8 +305,11 @@ class CtypesDcmi:
         return name in self._functions
 
     def _call(self, name: str, *args: Any) -> None:
+        function = self._functions.get(name)
+        if function is None:
+            raise DcmiError(name, None, "not available (library closed or symbol missing)")
         with self._lock:
-            code = int(self._functions[name](*args))
+            code = int(function(*args))
         if code != 0:
             raise DcmiError(name, code)
 
@@ -315,7 +318,7 @@ class CtypesDcmi:
         name = "dcmi_get_card_list" if self._has("dcmi_get_card_list") else "dcmi_get_card_num_list"
         self._call(name, ctypes.byref(count), ids, MAX_CARD_NUM)
         if not 0 <= count.value <= MAX_CARD_NUM:
-            raise DcmiError(name, -1, f"implausible card count {count.value}")
+            raise DcmiError(name, None, f"implausible card count {count.value}")
         return [ids[i] for i in range(count.value) if ids[i] >= 0]
 
     def chip_count(self, card: int) -> int:
@@ -348,7 +351,7 @@ class CtypesDcmi:
             info, domain = PcieInfo(), 0
             self._call("dcmi_get_device_pcie_info", card, chip, ctypes.byref(info))
         else:
-            raise DcmiError("dcmi_get_device_pcie_info_v2", -1, "not in this libdcmi.so")
+            raise DcmiError("dcmi_get_device_pcie_info_v2", None, "not in this libdcmi.so")
         return f"{domain:04x}:{info.bdf_busid:02x}:{info.bdf_deviceid:02x}.{info.bdf_funcid:x}"
 
     def health(self, card: int, chip: int) -> int:
@@ -449,5 +452,5 @@ def load_dcmi(root: Path, configured: str = "") -> tuple[CtypesDcmi | None, str]
             problems.append(f"{path}: {exc}")
     if problems:
         return None, "; ".join(problems)
-    where = ", ".join(str(p) for p in library_candidates(root, configured))
-    return None, f"no libdcmi.so at {where}"
+    where = ", ".join((configured,) if configured else LIBRARY_PATHS)
+    return None, f"no libdcmi.so at {where}" + ("" if root == Path("/") else f" under {root}")

@@ -134,6 +134,9 @@ class SimulatedDcmi:
     ) -> None:
         self.cards = [list(card) for card in cards]
         self.fault_events = fault_events
+        #: Non-zero: listing cards fails with this code, as when the library loads but the
+        #: NPU driver below it is not running.
+        self.card_list_error = 0
         self.label = label
         self._chips = [chip for card in self.cards for chip in card]  # index = logical ID
         self._callback: FaultCallback | None = None
@@ -159,6 +162,8 @@ class SimulatedDcmi:
         return found
 
     def card_ids(self) -> list[int]:
+        if self.card_list_error:
+            raise DcmiError("dcmi_get_card_list", self.card_list_error)
         return list(range(len(self.cards)))
 
     def chip_count(self, card: int) -> int:

@@ -17,7 +17,7 @@ from devicehost import Allocation, Device, DriverUnavailable, Health, UnknownDev
 from devicehost_ascend import devfs, inventory
 from devicehost_ascend.allocation import Allocator
 from devicehost_ascend.config import AscendConfig
-from devicehost_ascend.dcmi import Dcmi
+from devicehost_ascend.dcmi import Dcmi, DcmiError
 from devicehost_ascend.health import HEALTHY, ChipHealth, DcmiHealth, FaultHub
 from devicehost_ascend.inventory import Inventory, NpuDevice
 from devicehost_ascend.topology import choose
@@ -44,8 +44,8 @@ class AscendNode:
         self.inventory = found
         self.notes = notes
         self.dcmi = dcmi
-        self.health = DcmiHealth(dcmi, config.ignored_error_codes) if dcmi else None
-        self.faults = FaultHub(dcmi) if dcmi else None
+        self.health = DcmiHealth(dcmi, config.ignored_error_codes) if dcmi is not None else None
+        self.faults = FaultHub(dcmi) if dcmi is not None else None
         self.allocator = Allocator(config, root)
         self.resources = tuple(found.devices)
         self._last: dict[str, ChipHealth] = {}
@@ -89,12 +89,9 @@ class AscendNode:
                 before = self._last.get(device_id)
                 self._last[device_id] = state
                 if before is not None and before.health != state.health:
-                    log.warning(
-                        "%s is %s%s",
-                        device_id,
-                        state.health,
-                        f": {state.reason}" if state.reason else "",
-                    )
+                    level = logging.INFO if state.health == Health.HEALTHY else logging.WARNING
+                    reason = f": {state.reason}" if state.reason else ""
+                    log.log(level, "%s is %s%s", device_id, state.health, reason)
 
     def device(self, resource: str, device_id: str) -> NpuDevice:
         found = self._current().find(resource, device_id)
@@ -124,7 +121,8 @@ class AscendNode:
         if any(d.virtual or d.family != HCCS_FAMILY or d.phys_id is None for d in chips):
             return None
         positions = {d.id: d.phys_id for d in chips if d.phys_id is not None}
-        return choose(available, must_include, size, positions, group_size)
+        chosen = choose(available, must_include, size, positions, group_size)
+        return chosen if len(chosen) == size else None
 
     # -- watching ------------------------------------------------------------------------------
 
@@ -163,7 +161,11 @@ def open_node(
 ) -> AscendNode:
     """The node as DCMI sees it, else as /dev shows it; ``DriverUnavailable`` otherwise."""
     if dcmi is not None:
-        found = inventory.discover(dcmi, root)
+        try:
+            found = inventory.discover(dcmi, root)
+        except DcmiError as exc:  # loaded, but the NPU driver stack below it is not answering
+            dcmi.close()
+            return open_node(config, root, None, f"{dcmi.description}: {exc}")
         if not found.devices:
             dcmi.close()
             detail = f" ({'; '.join(found.notes)})" if found.notes else ""

@@ -30,6 +30,7 @@ def choose(
     """``size`` IDs from ``available``: ``must_include`` first, then best-fit HCCS groups.
 
     ``positions`` maps each ID to its chip's physical ID; the group is ``phys // group_size``.
+    Fewer than ``size`` IDs come back only when there are not enough to choose from.
     """
     chosen = list(dict.fromkeys(must_include))
     taken = set(chosen)
@@ -41,8 +42,10 @@ def choose(
         wanted = size - len(chosen)
         open_touched = {g: groups[g] for g in touched if groups.get(g)}
         candidates = open_touched or {g: free for g, free in groups.items() if free}
+        if not candidates:
+            break
         group = _pick(candidates, wanted)
         chosen.extend(groups[group][:wanted])
         groups[group] = groups[group][wanted:]
         touched.add(group)
-    return chosen[:size] if len(chosen) > size else chosen
+    return chosen

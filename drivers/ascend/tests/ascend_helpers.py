@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from devicehost.testing import FakeRoot
-
 from devicehost_ascend.config import parse_config
 from devicehost_ascend.dcmi_sim import SimChip, SimulatedDcmi
 from devicehost_ascend.node import AscendNode, open_node
+
+from devicehost.testing import FakeRoot
 
 
 def open_simulated(root: FakeRoot, sim: SimulatedDcmi, **config: Any) -> AscendNode:
@@ -22,5 +22,10 @@ def open_simulated(root: FakeRoot, sim: SimulatedDcmi, **config: Any) -> AscendN
 
 
 def chip(phys_id: int, name: str = "910A", numa: int = 0, **kw: Any) -> SimChip:
-    return SimChip(phys_id=phys_id, name=name, pci_address=f"0000:{0x10 + phys_id:02x}:00.0",
-                   numa_node=numa, **kw)
+    return SimChip(
+        phys_id=phys_id,
+        name=name,
+        pci_address=f"0000:{0x10 + phys_id:02x}:00.0",
+        numa_node=numa,
+        **kw,
+    )

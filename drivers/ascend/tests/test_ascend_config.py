@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from devicehost_ascend.config import KEYS, AscendConfig, parse_config
 
 
@@ -14,8 +13,13 @@ def test_empty_section_gives_the_documented_defaults() -> None:
     """No keys: Ascend Docker Runtime, 5 s health polling, HCCS groups of 4, no CDI."""
     config = parse_config({})
     assert config == AscendConfig()
-    assert (config.use_ascend_runtime, config.health_poll_seconds, config.hccs_group_size,
-            config.use_cdi, config.cdi_dir) == (True, 5.0, 4, False, Path("/var/run/cdi"))
+    assert (
+        config.use_ascend_runtime,
+        config.health_poll_seconds,
+        config.hccs_group_size,
+        config.use_cdi,
+        config.cdi_dir,
+    ) == (True, 5.0, 4, False, Path("/var/run/cdi"))
 
 
 def test_unknown_key_is_refused_by_name() -> None:
@@ -24,26 +28,47 @@ def test_unknown_key_is_refused_by_name() -> None:
         parse_config({"useAscendRuntim": False})
 
 
-@pytest.mark.parametrize(("key", "value", "message"), [
-    ("healthPollSeconds", 0, "healthPollSeconds: expected a positive number of seconds, got 0"),
-    ("useAscendRuntime", "no", "useAscendRuntime: expected true or false, got 'no'"),
-    ("hccsGroupSize", -1, "hccsGroupSize: expected a non-negative integer, got -1"),
-    ("fallbackChipType", "Ascend999",
-     "fallbackChipType: expected one of Ascend910, Ascend310P, Ascend310, Ascend310B, "
-     "got 'Ascend999'"),
-    ("driverMounts", ["usr/local/dcmi"],
-     "driverMounts: expected absolute, normalised paths, got 'usr/local/dcmi'"),
-    ("ignoredErrorCodes", ["oops"],
-     "ignoredErrorCodes: expected error codes as integers or '0x...' strings, got 'oops'"),
-    ("fallbackNumaNodes", {0: "0-x"},
-     "fallbackNumaNodes: expected IDs such as '0-3' or [0, 1], got '0-x'"),
-    ("fallbackVnpuCores", 0,
-     "fallbackVnpuCores: expected a positive core count or a mapping of vNPU ID to cores, "
-     "got 0"),
-    ("simulatedNode", "dgx",
-     "simulatedNode: expected one of ascend910x8, ascend910x8-vnpu, ascend310px4, mixed, "
-     "got 'dgx'"),
-])
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("healthPollSeconds", 0, "healthPollSeconds: expected a positive number of seconds, got 0"),
+        ("useAscendRuntime", "no", "useAscendRuntime: expected true or false, got 'no'"),
+        ("hccsGroupSize", -1, "hccsGroupSize: expected a non-negative integer, got -1"),
+        (
+            "fallbackChipType",
+            "Ascend999",
+            "fallbackChipType: expected one of Ascend910, Ascend310P, Ascend310, Ascend310B, "
+            "got 'Ascend999'",
+        ),
+        (
+            "driverMounts",
+            ["usr/local/dcmi"],
+            "driverMounts: expected absolute, normalised paths, got 'usr/local/dcmi'",
+        ),
+        (
+            "ignoredErrorCodes",
+            ["oops"],
+            "ignoredErrorCodes: expected error codes as integers or '0x...' strings, got 'oops'",
+        ),
+        (
+            "fallbackNumaNodes",
+            {0: "0-x"},
+            "fallbackNumaNodes: expected IDs such as '0-3' or [0, 1], got '0-x'",
+        ),
+        (
+            "fallbackVnpuCores",
+            0,
+            "fallbackVnpuCores: expected a positive core count or a mapping of vNPU ID to cores, "
+            "got 0",
+        ),
+        (
+            "simulatedNode",
+            "dgx",
+            "simulatedNode: expected one of ascend910x8, ascend910x8-vnpu, ascend310px4, mixed, "
+            "got 'dgx'",
+        ),
+    ],
+)
 def test_bad_value_names_key_and_expectation(key: str, value: Any, message: str) -> None:
     """Each bad value is refused with the key, what was expected and what was given."""
     with pytest.raises(ValueError) as caught:

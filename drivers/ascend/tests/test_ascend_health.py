@@ -6,12 +6,12 @@ import threading
 
 import pytest
 from ascend_helpers import chip, open_simulated
-from devicehost import Health
-from devicehost.testing import FakeRoot
-
 from devicehost_ascend.dcmi_sim import SIMULATED_FAULT_CODE, SimulatedDcmi
 from devicehost_ascend.health import judge
 from devicehost_ascend.node import AscendNode
+
+from devicehost import Health
+from devicehost.testing import FakeRoot
 
 RESOURCE = "huawei.com/Ascend910"
 
@@ -60,28 +60,46 @@ def test_a_chip_dcmi_cannot_read_is_unhealthy(fake_root: FakeRoot) -> None:
     assert health(node)["Ascend910-1"] == Health.HEALTHY
 
 
-@pytest.mark.parametrize(("code", "errors", "ignored", "expected", "reason"), [
-    (0, [], set(), Health.HEALTHY, ""),
-    (3, [0x80E01801], set(), Health.UNHEALTHY, "DCMI health 3, error codes 0x80E01801"),
-    (1, [], set(), Health.UNHEALTHY, "DCMI health 1"),
-    (0, [0x10], set(), Health.UNHEALTHY, "DCMI health 0, error codes 0x00000010"),
-    (2, [0x10], {0x10}, Health.HEALTHY, "ignoring error codes 0x00000010"),
-    (2, [0x10, 0x20], {0x10}, Health.UNHEALTHY, "DCMI health 2, error codes 0x00000020"),
-])
-def test_health_rule(code: int, errors: list[int], ignored: set[int], expected: Health,
-                     reason: str) -> None:
+@pytest.mark.parametrize(
+    ("code", "errors", "ignored", "expected", "reason"),
+    [
+        (0, [], set(), Health.HEALTHY, ""),
+        (3, [0x80E01801], set(), Health.UNHEALTHY, "DCMI health 3, error codes 0x80E01801"),
+        (1, [], set(), Health.UNHEALTHY, "DCMI health 1"),
+        (0, [0x10], set(), Health.UNHEALTHY, "DCMI health 0, error codes 0x00000010"),
+        (2, [0x10], {0x10}, Health.HEALTHY, "ignoring error codes 0x00000010"),
+        (2, [0x10, 0x20], {0x10}, Health.UNHEALTHY, "DCMI health 2, error codes 0x00000020"),
+    ],
+)
+def test_health_rule(
+    code: int, errors: list[int], ignored: set[int], expected: Health, reason: str
+) -> None:
     """Healthy: health 0 and no error code, or only ignored error codes; else Unhealthy."""
     result = judge(code, errors, frozenset(ignored))
     assert (result.health, result.reason) == (expected, reason)
 
 
-def watching(node: AscendNode, resource: str = RESOURCE
-             ) -> tuple[threading.Event, threading.Event, threading.Thread]:
-    """Run the watch in a thread; returns (notified, stop, thread)."""
-    notified, stop = threading.Event(), threading.Event()
-    thread = threading.Thread(target=node.watch, args=(resource, notified.set, stop),
-                              daemon=True)
+class StopEvent(threading.Event):
+    """The host's ``stop`` event; also tells the test once the watch waits on it, by which
+    time the watch has read its first health snapshot."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waited.set()
+        return super().wait(timeout)
+
+
+def watching(
+    node: AscendNode, resource: str = RESOURCE
+) -> tuple[threading.Event, threading.Event, threading.Thread]:
+    """Run the watch in a thread until it is waiting; returns (notified, stop, thread)."""
+    notified, stop = threading.Event(), StopEvent()
+    thread = threading.Thread(target=node.watch, args=(resource, notified.set, stop), daemon=True)
     thread.start()
+    assert stop.waited.wait(10)
     return notified, stop, thread
 
 
@@ -128,12 +146,16 @@ def test_watch_returns_when_stopped(fake_root: FakeRoot) -> None:
 def test_notes_say_whether_faults_are_pushed_or_polled(fake_root: FakeRoot) -> None:
     """The first note tells the operator how fast health changes arrive."""
     pushed = open_simulated(fake_root, SimulatedDcmi.preset("ascend910x8"))
-    assert pushed.notes[0] == ("8 NPU chips through simulated DCMI (ascend910x8); fault events "
-                               "pushed, health also polled every 5 s")
+    assert pushed.notes[0] == (
+        "8 NPU chips through simulated DCMI (ascend910x8); fault events "
+        "pushed, health also polled every 5 s"
+    )
     sim = SimulatedDcmi(SimulatedDcmi.preset("ascend910x8").cards, fault_events=False)
     polled = open_simulated(fake_root, sim, healthPollSeconds=2)
-    assert polled.notes[0] == ("8 NPU chips through simulated DCMI (custom); no fault-event "
-                               "subscription (not offered by this DCMI); health polled every 2 s")
+    assert polled.notes[0] == (
+        "8 NPU chips through simulated DCMI (custom); no fault-event "
+        "subscription (not offered by this DCMI); health polled every 2 s"
+    )
 
 
 def test_refused_subscription_falls_back_to_polling_with_a_note(fake_root: FakeRoot) -> None:
@@ -142,5 +164,6 @@ def test_refused_subscription_falls_back_to_polling_with_a_note(fake_root: FakeR
     open_simulated(fake_root, sim)
     again = open_simulated(fake_root, sim)
     assert again.faults is not None and not again.faults.subscribed
-    assert "no fault-event subscription (dcmi_subscribe_fault_event returned -8002)" \
-        in again.notes[0]
+    assert (
+        "no fault-event subscription (dcmi_subscribe_fault_event returned -8002)" in again.notes[0]
+    )

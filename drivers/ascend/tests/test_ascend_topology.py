@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from ascend_helpers import open_simulated
-from devicehost.testing import FakeRoot
+from devicehost_ascend.dcmi_sim import SimulatedDcmi
+from devicehost_ascend.topology import choose
 from hypothesis import given
 from hypothesis import strategies as st
 
-from devicehost_ascend.dcmi_sim import SimulatedDcmi
-from devicehost_ascend.topology import choose
+from devicehost.testing import FakeRoot
 
 NPU = "huawei.com/Ascend910"
 ALL = [f"Ascend910-{i}" for i in range(8)]
@@ -16,8 +16,9 @@ POSITIONS = {f"Ascend910-{i}": i for i in range(8)}
 
 
 def pick(free: list[int], size: int, must: list[int] | None = None) -> list[int]:
-    chosen = choose([f"Ascend910-{i}" for i in free], [f"Ascend910-{i}" for i in must or []],
-                    size, POSITIONS, 4)
+    chosen = choose(
+        [f"Ascend910-{i}" for i in free], [f"Ascend910-{i}" for i in must or []], size, POSITIONS, 4
+    )
     return [POSITIONS[c] for c in chosen]
 
 
@@ -63,8 +64,9 @@ def test_when_no_group_has_room_the_fewest_groups_are_spanned() -> None:
 
 
 @given(st.sets(st.integers(0, 7), min_size=1), st.data())
-def test_choices_are_valid_and_single_group_whenever_possible(free: set[int],
-                                                              data: st.DataObject) -> None:
+def test_choices_are_valid_and_single_group_whenever_possible(
+    free: set[int], data: st.DataObject
+) -> None:
     """Any request: exactly ``size`` distinct free chips including must_include; and when a
     group (must_include's, if any) has room for the whole request, only that group is used,
     and without must_include it is the fullest group with room (best fit)."""
@@ -92,8 +94,7 @@ def test_node_applies_hccs_to_whole_910_chips(fake_root: FakeRoot) -> None:
 def test_other_resources_use_the_host_default(fake_root: FakeRoot) -> None:
     """310P chips and vNPUs have no HCCS groups: None lets the host pack by NUMA."""
     node = open_simulated(fake_root, SimulatedDcmi.preset("mixed"))
-    assert node.preferred("huawei.com/Ascend310P", ["Ascend310P-4", "Ascend310P-5"], [], 1) \
-        is None
+    assert node.preferred("huawei.com/Ascend310P", ["Ascend310P-4", "Ascend310P-5"], [], 1) is None
     vnpus = open_simulated(fake_root, SimulatedDcmi.preset("ascend910x8-vnpu"))
     ids = [d.id for d in vnpus.enumerate("huawei.com/Ascend910-4c")]
     assert vnpus.preferred("huawei.com/Ascend910-4c", ids, [], 2) is None
@@ -109,3 +110,10 @@ def test_unknown_ids_leave_the_choice_to_the_host(fake_root: FakeRoot) -> None:
     """IDs the driver does not know: no guess, the host decides."""
     node = open_simulated(fake_root, SimulatedDcmi.preset("ascend910x8"))
     assert node.preferred(NPU, [*ALL, "Ascend910-9"], [], 2) is None
+
+
+def test_impossible_requests_leave_the_choice_to_the_host(fake_root: FakeRoot) -> None:
+    """More must_include than size, or fewer chips than asked: None, never a wrong answer."""
+    node = open_simulated(fake_root, SimulatedDcmi.preset("ascend910x8"))
+    assert node.preferred(NPU, ALL[:2], ALL[:2], 1) is None
+    assert node.preferred(NPU, ALL[:2], [], 3) is None
