@@ -6,7 +6,7 @@ exceptions it raises (``DriverUnavailable``, ``UnknownDevice``). Everything else
 host's business. The testing kit is ``devicehost.testing``.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from importlib_metadata import PackageNotFoundError, version
 
 from devicehost.errors import (
     ConfigError,

@@ -6,18 +6,19 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from devicehost import __version__
 from devicehost.config import SETTINGS, HostConfig, load_config
 from devicehost.errors import ConfigError
-from devicehost.lifecycle import Host, serve
 from devicehost.logs import setup_logging
+
+if TYPE_CHECKING:
+    from devicehost.lifecycle import Host
 
 log = logging.getLogger("devicehost")
 
@@ -119,7 +120,7 @@ def _load(args: argparse.Namespace) -> HostConfig:
 
 
 async def _drivers(config: HostConfig, as_json: bool) -> int:
-    host = Host(config)
+    host = _host(config)
     try:
         await host.prepare(scan=False)
     finally:
@@ -158,7 +159,7 @@ async def _drivers(config: HostConfig, as_json: bool) -> int:
 
 
 async def _devices(config: HostConfig, as_json: bool) -> int:
-    host = Host(config)
+    host = _host(config)
     try:
         await host.prepare()
     finally:
@@ -193,14 +194,22 @@ async def _devices(config: HostConfig, as_json: bool) -> int:
 
 async def _check_driver_sections(config: HostConfig) -> None:
     """Let each installed driver validate its own section (its configure raises ValueError)."""
-    host = Host(config)
+    host = _host(config)
     try:
         await host.prepare(scan=False)
     finally:
         await host.stop()
 
 
+def _host(config: HostConfig) -> Host:
+    from devicehost.lifecycle import Host  # imported late: grpc reads its env at import
+
+    return Host(config)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # grpc's C core logs connection chatter (GOAWAY on every kubelet restart) below ERROR.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -213,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(config.log_format, "warning" if quiet else config.log_level)
     try:
         if args.command == "config":
+            import yaml
+
             asyncio.run(_check_driver_sections(config))
             print(yaml.safe_dump(config.to_document(), sort_keys=False), end="")
             return 0
@@ -224,6 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from devicehost.demo import run_demo
 
             return run_demo(config, keep_running=args.keep_running)
+        from devicehost.lifecycle import serve
+
         asyncio.run(serve(config))
         return 0
     except ConfigError as exc:

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from devicehost.errors import ConfigError
 
 API_VERSION = "devicehost/v1"
@@ -302,6 +300,8 @@ def _flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _from_file(path: Path) -> dict[str, Any]:
+    import yaml  # only when there is a file to read
+
     source = str(path)
     try:
         doc = yaml.safe_load(path.read_text())

@@ -11,9 +11,9 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext
 from opentelemetry.util.types import AttributeValue
 
@@ -23,6 +23,9 @@ from devicehost.metrics import Metrics
 from devicehost.podresources import PodIdentity, PodResolver
 from devicehost.registration import rejected
 from devicehost.tracing import Tracing
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 log = logging.getLogger(__name__)
 

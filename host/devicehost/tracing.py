@@ -19,16 +19,17 @@ import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.propagate import extract
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+if TYPE_CHECKING:  # the SDK is imported only when tracing is on: start-up stays fast
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,10 @@ class Tracing:
         """Tracing to ``endpoint`` (or ``exporter``), or a no-op when neither is given."""
         if not endpoint and exporter is None:
             return cls(None, node_name)
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
         attributes: dict[str, Any] = {
             "service.name": os.environ.get("OTEL_SERVICE_NAME", "devicehost"),
             "service.version": version,

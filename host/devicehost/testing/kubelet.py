@@ -69,6 +69,8 @@ class KubeletStandIn:
         #: Every RegisterRequest received, accepted or not, in order.
         self.registrations: list[pb.RegisterRequest] = []
         self.endpoints: dict[str, PluginEndpoint] = {}
+        #: resource name → registrations accepted (the endpoint is dialled by then).
+        self.accepted: dict[str, int] = {}
         self.restarts = 0
         #: ``time.perf_counter()`` when kubelet.sock last started answering, and when each
         #: resource was last accepted (benchmarks time restarts with these).
@@ -220,13 +222,9 @@ class KubeletStandIn:
         return sorted(self.endpoints)
 
     def registration_count(self, resource: str) -> int:
-        """How many times ``resource`` has been registered and accepted."""
+        """How many times ``resource`` has been registered, accepted and dialled."""
         with self._cond:
-            return sum(
-                1
-                for r in self.registrations
-                if r.resource_name == resource and r.resource_name not in self.reject
-            )
+            return self.accepted.get(resource, 0)
 
     def wait_registered(
         self, resource: str, timeout: float = 10.0, count: int = 1
@@ -353,5 +351,8 @@ class _Registration(pb_grpc.RegistrationServicer):
             await context.abort(grpc.StatusCode.UNKNOWN, problem)
         kubelet.registered_at[request.resource_name] = time.perf_counter()
         await kubelet._accept(request)
-        kubelet._changed()
+        with kubelet._cond:
+            name = request.resource_name
+            kubelet.accepted[name] = kubelet.accepted.get(name, 0) + 1
+            kubelet._cond.notify_all()
         return pb.Empty()
