@@ -38,7 +38,12 @@ from devicehost_nvidia.discovery import discover
 from devicehost_nvidia.events import HealthMonitor
 from devicehost_nvidia.health import HealthTracker, soundness
 from devicehost_nvidia.inventory import Advertised, Inventory, build_inventory
-from devicehost_nvidia.nvml import Nvml, NvmlError
+from devicehost_nvidia.nvml import (
+    NVML_ERROR_DRIVER_NOT_LOADED,
+    NVML_ERROR_LIBRARY_NOT_FOUND,
+    Nvml,
+    NvmlError,
+)
 from devicehost_nvidia.preferred import choose_gpus, choose_replicas
 from devicehost_nvidia.simtree import build_tree
 from devicehost_nvidia.simulated import SimulatedNvml, default_node
@@ -64,9 +69,11 @@ def _real_nvml() -> Nvml:
     try:
         library.init()
     except NvmlError as exc:
-        raise DriverUnavailable(
-            f"NVML cannot be loaded ({exc}): no NVIDIA driver on this node"
-        ) from None
+        why = {
+            NVML_ERROR_LIBRARY_NOT_FOUND: "; no NVIDIA driver on this node",
+            NVML_ERROR_DRIVER_NOT_LOADED: "; the NVIDIA kernel driver is not loaded",
+        }.get(exc.code, "")
+        raise DriverUnavailable(f"NVML cannot be loaded: {exc}{why}") from None
     return library
 
 
@@ -115,7 +122,7 @@ class NvidiaDriver:
         try:
             nvml.init()
         except NvmlError as exc:
-            raise DriverUnavailable(f"NVML cannot be loaded ({exc})") from None
+            raise DriverUnavailable(f"NVML cannot be loaded: {exc}") from None
         return nvml
 
     @hookimpl

@@ -29,7 +29,7 @@ from devicehost_nvidia.nvml import (
 log = logging.getLogger(__name__)
 
 HEALTH_EVENTS = EVENT_XID_CRITICAL_ERROR | EVENT_DOUBLE_BIT_ECC_ERROR
-WAIT_MS = 500
+WAIT_MS = 250
 CLOSE_WAIT_SECONDS = 1.0
 
 
@@ -48,6 +48,11 @@ class HealthMonitor:
         self._lock = threading.Lock()
         self._failing = False
         self._failures = 0
+
+    @property
+    def listening(self) -> bool:
+        """True while an event set is open (events reach the driver as they happen)."""
+        return self._event_set is not None
 
     @property
     def version(self) -> int:
@@ -116,25 +121,25 @@ class HealthMonitor:
         )
         self.tracker.record(gpu.uuid, instance, reason)
 
-    def pump(self, stop: threading.Event) -> bool:
-        """Wait up to ``WAIT_MS`` for one event, then re-check due marks. False when the
+    def pump(self, stop: threading.Event, wait_ms: int = WAIT_MS) -> bool:
+        """Wait up to ``wait_ms`` for one event, then re-check due marks. False when the
         event set failed (the caller backs off)."""
         ok = True
-        if self._event_set is None or not self._lock.acquire(timeout=WAIT_MS / 1000):
-            stop.wait(WAIT_MS / 1000)
+        if self._event_set is None or not self._lock.acquire(timeout=wait_ms / 1000):
+            stop.wait(wait_ms / 1000)
         else:
             try:
                 if self._event_set is not None and not stop.is_set():
-                    ok = self._wait_once(self._event_set)
+                    ok = self._wait_once(self._event_set, wait_ms)
             finally:
                 self._lock.release()
         if self.tracker.has_marks():
             self.tracker.recheck(self._is_sound)
         return ok
 
-    def _wait_once(self, event_set: Handle) -> bool:
+    def _wait_once(self, event_set: Handle, wait_ms: int) -> bool:
         try:
-            event = self.nvml.event_set_wait(event_set, WAIT_MS)
+            event = self.nvml.event_set_wait(event_set, wait_ms)
         except NvmlError as exc:
             if exc.code == NVML_ERROR_TIMEOUT:
                 self._failing = False

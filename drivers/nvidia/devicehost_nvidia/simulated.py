@@ -15,6 +15,7 @@ import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from devicehost_nvidia.mig import nominal_attributes
 from devicehost_nvidia.nvml import (
@@ -95,15 +96,27 @@ class SimGpu:
 
 @dataclass(kw_only=True)
 class SimNode:
-    """A simulated node: its GPUs and NVLink connections ``(gpu, gpu, link count)``."""
+    """A simulated node: its GPUs, direct NVLink connections ``(gpu, gpu, link count)``,
+    and NVSwitches (``nvswitches`` of them, each joined to every GPU by ``nvswitch_links``)."""
 
     gpus: list[SimGpu]
     nvlinks: list[tuple[int, int, int]] = field(default_factory=list)
+    nvswitches: int = 0
+    nvswitch_links: int = 0
+
+    def nvswitch_bus_id(self, switch: int) -> str:
+        return f"00000000:{0xC0 + switch:02X}:00.0"
 
     def describe(self) -> str:
         numa = sorted({g.numa_node for g in self.gpus})
         model = self.gpus[0].name if self.gpus else "no GPU"
-        links = "in NVLink pairs" if self.nvlinks else "without NVLink"
+        links = (
+            "on NVSwitches"
+            if self.nvswitches
+            else "in NVLink pairs"
+            if self.nvlinks
+            else "without NVLink"
+        )
         mig = sum(1 for g in self.gpus if g.mig_enabled)
         return (
             f"simulated NVML: {len(self.gpus)} GPUs ({model}) {links} across NUMA nodes "
@@ -116,6 +129,22 @@ def sim_uuid(index: int) -> str:
     return f"GPU-{uuid.uuid5(_NAMESPACE, f'gpu-{index}')}"
 
 
+def sim_gpu(
+    index: int, *, numa_node: int = 0, pcie_switch: int | None = None, **details: Any
+) -> SimGpu:
+    """Simulated GPU ``index`` with a deterministic UUID, bus ID and minor number; its own
+    PCIe switch unless ``pcie_switch`` says otherwise; ``details`` set other fields."""
+    return SimGpu(
+        index=index,
+        uuid=sim_uuid(index),
+        bus_id=f"00000000:{(0x07 + 0x10 * index) % 0x100:02X}:00.0",
+        numa_node=numa_node,
+        pcie_switch=index if pcie_switch is None else pcie_switch,
+        minor=index,
+        **details,
+    )
+
+
 def default_node(
     gpus: int = 8, numa_nodes: int = 2, mig: Mapping[int, Iterable[str]] | None = None
 ) -> SimNode:
@@ -123,22 +152,18 @@ def default_node(
     equal blocks over ``numa_nodes``: the default node is 8 GPUs on two NUMA nodes."""
     mig = mig or {}
     per_node = max(1, -(-gpus // numa_nodes))
-    node = SimNode(
+    return SimNode(
         gpus=[
-            SimGpu(
-                index=i,
-                uuid=sim_uuid(i),
-                bus_id=f"00000000:{(0x07 + 0x10 * i) % 0x100:02X}:00.0",
+            sim_gpu(
+                i,
                 numa_node=min(i // per_node, numa_nodes - 1),
                 pcie_switch=i // 2,
-                minor=i,
                 mig_profiles=tuple(mig.get(i, ())),
             )
             for i in range(gpus)
-        ]
+        ],
+        nvlinks=[(i, i + 1, 4) for i in range(0, gpus - 1, 2)],
     )
-    node.nvlinks = [(i, i + 1, 4) for i in range(0, gpus - 1, 2)]
-    return node
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,11 +203,14 @@ class SimulatedNvml:
         self._cond = threading.Condition()
         self.initialised = False
 
-    def _link_table(self, index: int) -> list[int]:
-        remotes: list[int] = []
+    def _link_table(self, index: int) -> list[str]:
+        """The remote PCI bus ID of each NVLink of GPU ``index``, link by link."""
+        remotes: list[str] = []
         for a, b, count in self.node.nvlinks:
             if index in (a, b):
-                remotes += [b if index == a else a] * count
+                remotes += [self.node.gpus[b if index == a else a].bus_id] * count
+        for switch in range(self.node.nvswitches):
+            remotes += [self.node.nvswitch_bus_id(switch)] * self.node.nvswitch_links
         return remotes
 
     # -- what a test or the demo does to the hardware ------------------------------------
@@ -206,7 +234,8 @@ class SimulatedNvml:
         self.xid(index, XID_DOUBLE_BIT_ECC)
 
     def lose(self, index: int) -> None:
-        """Xid 79: the GPU falls off the bus; every later call on it is GPU_IS_LOST."""
+        """Xid 79: the GPU falls off the bus; every later call on it is GPU_IS_LOST, and so
+        is waiting on an event set it is registered with (once its events are read)."""
         self.xid(index, XID_FALLEN_OFF_BUS)
         with self._cond:
             self._state[index].lost = True
@@ -319,7 +348,7 @@ class SimulatedNvml:
 
     def device_nvlink_remote_pci_bus_id(self, device: Handle, link: int) -> str:
         self.device_nvlink_state(device, link)
-        return self.node.gpus[self._links[self._gpu(device).index][link]].bus_id
+        return self._links[self._gpu(device).index][link]
 
     def device_topology_common_ancestor(self, first: Handle, second: Handle) -> int:
         a, b = self._gpu(first), self._gpu(second)
@@ -364,12 +393,16 @@ class SimulatedNvml:
         if not isinstance(event_set, _EventSet) or event_set.freed:
             raise NvmlError(NVML_ERROR_INVALID_ARGUMENT)
         with self._cond:
+            lost = any(self._state[i].lost for i in event_set.masks)
             if not self._cond.wait_for(
-                lambda: bool(event_set.queue) or event_set.freed, timeout_ms / 1000
+                lambda: bool(event_set.queue) or event_set.freed or lost, timeout_ms / 1000
             ):
                 raise NvmlError(NVML_ERROR_TIMEOUT)
             if event_set.freed:
                 raise NvmlError(NVML_ERROR_INVALID_ARGUMENT)
+            if not event_set.queue:
+                # NVML's wait fails while a registered GPU has fallen off the bus.
+                raise NvmlError(NVML_ERROR_GPU_IS_LOST)
             return event_set.queue.popleft()
 
     def event_set_free(self, event_set: Handle) -> None:

@@ -1,0 +1,83 @@
+"""Through a real host and the kubelet stand-in: an Xid reaches ListAndWatch as Unhealthy,
+Allocate refuses the GPU while it is, and recovery streams it back as Healthy."""
+
+import grpc
+import pytest
+from devicehost_nvidia.simulated import sim_uuid
+
+GPU = "nvidia.com/gpu"
+QUICK = {"nvidia": {"quietPeriodSeconds": 0.5}}
+
+
+def _simulator(host):
+    return host.host.resources[GPU].driver.plugin.simulator
+
+
+def test_simulated_node_is_served_with_numa_topology(kubelet, run_host) -> None:
+    """``run --simulate``: 8 healthy GPUs in ListAndWatch, 0-3 on NUMA 0 and 4-7 on NUMA 1,
+    and a two-GPU preference is an NVLink pair."""
+    run_host(enabled_drivers=("nvidia",), simulate=True)
+    kubelet.wait_registered(GPU)
+    devices = kubelet.wait_devices(GPU, lambda d: len(d) == 8)
+    assert all(d.health == "Healthy" for d in devices.values())
+    assert [devices[sim_uuid(i)].topology.nodes[0].ID for i in range(8)] == [0] * 4 + [1] * 4
+    chosen = kubelet.preferred_allocation(GPU, list(devices), [sim_uuid(3)], size=2)
+    assert set(chosen) == {sim_uuid(2), sim_uuid(3)}
+
+
+def test_xid_turns_gpu_unhealthy_refused_then_healthy(kubelet, run_host) -> None:
+    """A critical Xid with a pending row remap: Unhealthy in ListAndWatch, Allocate answers
+    FAILED_PRECONDITION; after a reset and the quiet period, Healthy and allocatable again."""
+    host = run_host(enabled_drivers=("nvidia",), simulate=True, drivers=QUICK)
+    kubelet.wait_registered(GPU)
+    kubelet.wait_devices(GPU, lambda d: len(d) == 8)
+    sim = _simulator(host)
+
+    sim.fault(2)
+    devices = kubelet.wait_health(GPU, sim_uuid(2), "Unhealthy")
+    assert [i for i, d in devices.items() if d.health == "Unhealthy"] == [sim_uuid(2)]
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.allocate(GPU, [[sim_uuid(2)]])
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+    sim.reset(2)
+    kubelet.wait_health(GPU, sim_uuid(2), "Healthy")
+    response = kubelet.allocate(GPU, [[sim_uuid(2)]])
+    assert response.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == sim_uuid(2)
+
+
+def test_transient_xid_recovers_by_itself(kubelet, run_host) -> None:
+    """An Xid on a GPU that stays sound: Unhealthy, then Healthy once the quiet period passes."""
+    host = run_host(enabled_drivers=("nvidia",), simulate=True, drivers=QUICK)
+    kubelet.wait_registered(GPU)
+    kubelet.wait_devices(GPU, lambda d: len(d) == 8)
+    _simulator(host).xid(6, 62)
+    kubelet.wait_health(GPU, sim_uuid(6), "Unhealthy")
+    kubelet.wait_health(GPU, sim_uuid(6), "Healthy")
+
+
+def test_lost_gpu_streams_unhealthy_and_the_rest_serve(kubelet, run_host) -> None:
+    """A GPU falling off the bus is Unhealthy; the driver keeps serving the others."""
+    host = run_host(enabled_drivers=("nvidia",), simulate=True, drivers=QUICK)
+    kubelet.wait_registered(GPU)
+    kubelet.wait_devices(GPU, lambda d: len(d) == 8)
+    _simulator(host).lose(7)
+    kubelet.wait_health(GPU, sim_uuid(7), "Unhealthy")
+    response = kubelet.allocate(GPU, [[sim_uuid(0)], [sim_uuid(1)]])
+    assert len(response.container_responses) == 2
+
+
+def test_shared_replicas_through_the_kubelet(kubelet, run_host) -> None:
+    """Time-sliced and renamed: 16 replica IDs under nvidia.com/gpu.shared; two replicas of
+    one GPU allocate as that GPU once."""
+    config = {
+        "nvidia": {
+            "timeSlicing": {"renameByDefault": True, "resources": [{"name": GPU, "replicas": 2}]}
+        }
+    }
+    run_host(enabled_drivers=("nvidia",), simulate=True, drivers=config)
+    kubelet.wait_registered("nvidia.com/gpu.shared")
+    kubelet.wait_devices("nvidia.com/gpu.shared", lambda d: len(d) == 16)
+    ids = [f"{sim_uuid(4)}::0", f"{sim_uuid(4)}::1"]
+    response = kubelet.allocate("nvidia.com/gpu.shared", [ids])
+    assert response.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == sim_uuid(4)
