@@ -43,6 +43,16 @@ def test_simulate_builds_hardware_before_configure(alpha, kubelet):
     assert calls.index("devicehost_simulate") < calls.index("devicehost_configure")
 
 
+def test_simulate_failure_marks_only_that_driver_failed(install, run_host, kubelet):
+    """A driver whose simulation cannot be built is failed; the others still serve."""
+    install("devicehost-broken", drivers={"broken": "testdrivers.scripted:BrokenSimulation"})
+    install("devicehost-sim", drivers={"sim": "testdrivers.scripted:Simulating"})
+    host = run_host(enabled_drivers=("broken", "sim"), simulate=True)
+    assert info(host, "broken").status is DriverStatus.FAILED
+    assert "OSError: cannot build the simulated node" in info(host, "broken").reason
+    kubelet.wait_devices("test.example/sim", lambda d: len(d) == 2)
+
+
 def test_configure_receives_its_section_and_root(alpha, host_config):
     """configure gets the driver's own config section and the host root."""
     host = alpha({"resources": {RES: 1}, "prefix": "p"})

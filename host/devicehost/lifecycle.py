@@ -19,6 +19,7 @@ import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -304,8 +305,12 @@ class Host:
                 )
         if config.simulate:
             await self._simulate()
-        for driver in list(self.plugins.drivers):
-            await self._start_driver(driver)
+        # Drivers configure concurrently; resources are then claimed in a stable order.
+        drivers = list(self.plugins.drivers)
+        answers = await asyncio.gather(*(self._configure(d) for d in drivers))
+        for driver, answer in zip(drivers, answers, strict=True):
+            if answer is not None:
+                self._add_resources(driver, *answer)
         if scan:
             await asyncio.gather(*(s.scan_once() for s in self.scanners))
         for info in self.plugins.infos:
@@ -322,16 +327,24 @@ class Host:
                 log.warning("driver %s: %s", info.name, note)
 
     async def _simulate(self) -> None:
+        """Let every driver build its simulated node, concurrently (they are independent)."""
         assert self.plugins is not None
         if self.config.root == Path("/"):
             self._sim_root = Path(tempfile.mkdtemp(prefix="devicehost-sim-"))
         log.info("simulating hardware under %s", self.root)
-        for driver in self.plugins.drivers:
-            if driver.implements("devicehost_simulate"):
-                await driver.acall("devicehost_simulate", self.config.hook_timeout, root=self.root)
+        drivers = [d for d in self.plugins.drivers if d.implements("devicehost_simulate")]
+        await asyncio.gather(*(self._simulate_driver(d) for d in drivers))
 
-    async def _start_driver(self, driver: Driver) -> None:
-        """configure → resources → states; a driver that fails here is marked, not fatal."""
+    async def _simulate_driver(self, driver: Driver) -> None:
+        assert self.plugins is not None
+        try:
+            await driver.acall("devicehost_simulate", self.config.hook_timeout, root=self.root)
+        except DriverError as exc:
+            self.plugins.mark(driver, DriverStatus.FAILED, str(exc))
+            log.error("%s; the driver is skipped", exc)
+
+    async def _configure(self, driver: Driver) -> tuple[Any, Any] | None:
+        """configure → resources → notes; a driver that fails here is marked, not fatal."""
         assert self.plugins is not None
         timeout = self.config.hook_timeout
         try:
@@ -347,13 +360,18 @@ class Host:
         except DriverUnavailable as exc:
             self.plugins.mark(driver, DriverStatus.UNAVAILABLE, str(exc))
             log.info("driver %r is unavailable on this node: %s", driver.name, exc)
-            return
+            return None
         except DriverError as exc:
             if isinstance(exc.__cause__, ValueError) and exc.hook == "devicehost_configure":
                 raise ConfigError("config", f"drivers.{driver.name}", str(exc.__cause__)) from exc
             self.plugins.mark(driver, DriverStatus.FAILED, str(exc))
             log.error("%s; the driver is skipped", exc)
-            return
+            return None
+        return specs, notes
+
+    def _add_resources(self, driver: Driver, specs: Any, notes: Any) -> None:
+        """Create the states and servicers of a driver's resources, refusing taken names."""
+        timeout = self.config.hook_timeout
         driver.info.notes = [str(n) for note_list in notes for n in note_list or ()]
         states: dict[str, ResourceState] = {}
         for spec in [s for spec_list in specs or () for s in spec_list or ()]:

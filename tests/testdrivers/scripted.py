@@ -171,3 +171,11 @@ class Misbehaving(Scripted):
     @hookimpl
     def devicehost_preferred_allocation(self, available: Sequence[str], size: int) -> Any:
         return list(available)[: size + 1]
+
+
+class BrokenSimulation(Scripted):
+    """Its simulated hardware cannot be built."""
+
+    @hookimpl
+    def devicehost_simulate(self, root: Path) -> None:
+        raise OSError("cannot build the simulated node")

@@ -1,0 +1,86 @@
+"""Run the benchmarks and write bench/results/<name>.json (``make bench``).
+
+python -m bench                 everything (a few minutes on 2 cores)
+python -m bench --quick         fewer runs and calls, for a smoke check
+python -m bench --only scale    one benchmark
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+from bench import benchmarks
+from bench.harness import Workspace, write_result
+
+FULL = {
+    "runs": 5,
+    "calls": 2000,
+    "restarts": 20,
+    "flips": 40,
+    "scale_calls": 200,
+    "allocations": 100_000,
+}
+QUICK = {
+    "runs": 2,
+    "calls": 300,
+    "restarts": 5,
+    "flips": 10,
+    "scale_calls": 30,
+    "allocations": 5_000,
+}
+
+
+def main() -> None:
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # no grpc chatter on kubelet restarts
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer runs, for a smoke check")
+    parser.add_argument("--only", action="append", help="run only this benchmark (repeatable)")
+    args = parser.parse_args()
+    n = QUICK if args.quick else FULL
+    plan = {
+        "allocate_round_trip": lambda ws: benchmarks.allocate_round_trip(ws, n["runs"], n["calls"]),
+        "cold_start": lambda ws: benchmarks.cold_start(ws, n["runs"]),
+        "kubelet_restart": lambda ws: benchmarks.kubelet_restart(ws, n["restarts"]),
+        "health_change": lambda ws: benchmarks.health_change(ws, n["flips"]),
+        "scale_4096": lambda ws: benchmarks.scale(ws, 4096, n["scale_calls"]),
+        "memory": lambda ws: benchmarks.memory(ws, n["allocations"]),
+    }
+    for name, run in plan.items():
+        if args.only and name not in args.only:
+            continue
+        ws = Workspace()
+        started = time.perf_counter()
+        try:
+            result = run(ws)
+        finally:
+            ws.close()
+        result["quick"] = args.quick
+        result["seconds"] = round(time.perf_counter() - started, 1)
+        path = write_result(name, result)
+        print(f"== {name} ({result['seconds']} s) -> {path}")
+        print(
+            json.dumps(
+                {
+                    k: v
+                    for k, v in result.items()
+                    if k
+                    in (
+                        "goal",
+                        "results",
+                        "p99_ratio_tracing_on_vs_minimal",
+                        "p99_tracing_overhead_percent",
+                    )
+                },
+                indent=1,
+                default=str,
+            )[:3000]
+        )
+
+
+if __name__ == "__main__":
+    main()

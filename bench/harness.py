@@ -1,0 +1,225 @@
+"""What every benchmark needs: processes to run, a kubelet stand-in, clients, statistics."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
+from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from devicehost.testing import KubeletStandIn, write_distribution
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+VENDOR_DRIVERS = ("nvidia", "ascend", "rdma")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def summary(samples_ms: Sequence[float]) -> dict[str, float]:
+    return {
+        "p50_ms": round(percentile(samples_ms, 50), 4),
+        "p99_ms": round(percentile(samples_ms, 99), 4),
+        "max_ms": round(max(samples_ms), 4),
+        "n": len(samples_ms),
+    }
+
+
+def median_of(runs: Sequence[dict[str, float]], key: str) -> float:
+    return round(statistics.median(r[key] for r in runs), 4)
+
+
+@dataclass
+class Workspace:
+    """A temp directory with a plugin dir, a fake root and a site dir for bench drivers."""
+
+    path: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="dh-bench-")))
+
+    def __post_init__(self) -> None:
+        self.site = self.path / "site"
+        self.root = self.path / "root"
+        self.root.mkdir()
+        write_distribution(
+            self.site,
+            "devicehost-bench-scale",
+            {"devicehost.drivers": {"scale": "bench.scale_driver:ScaleDriver"}},
+        )
+
+    def plugin_dir(self, name: str) -> Path:
+        path = self.path / name
+        path.mkdir(exist_ok=True)
+        return path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        # Bytecode is cached as in the image (pip compiles it at install), so that start-up
+        # is measured, not the compiler: the warm-up run writes the caches.
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("OTEL_", "DEVICEHOST_")) and k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPATH"] = os.pathsep.join([str(self.site), str(REPO)])
+        env.update(extra)
+        return env
+
+    def config(self, body: str) -> Path:
+        path = self.path / f"config-{abs(hash(body))}.yaml"
+        path.write_text("apiVersion: devicehost/v1\nkind: HostConfig\n" + body)
+        return path
+
+    def close(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def devicehost_command(plugin_dir: Path, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "devicehost.cli",
+        "run",
+        "--plugin-dir",
+        str(plugin_dir),
+        "--metrics-address",
+        "",
+        "--pod-resources-socket",
+        "",
+        "--log-level",
+        "warning",
+        *args,
+    ]
+
+
+def minimal_command(plugin_dir: Path, devices: int = 8) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "bench.minimal_plugin",
+        "--plugin-dir",
+        str(plugin_dir),
+        "--devices",
+        str(devices),
+    ]
+
+
+@contextlib.contextmanager
+def running(command: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen(
+        command, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        yield process
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def wait_resources(
+    kubelet: KubeletStandIn, expected: int | None = None, timeout: float = 60.0, settle: float = 1.0
+) -> list[str]:
+    """Wait until ``expected`` resources registered (or, when None, until none new arrive
+    for ``settle`` seconds after the first) and each has sent its device list."""
+    deadline = time.monotonic() + timeout
+    seen: list[str] = []
+    last_change = time.monotonic()
+    while time.monotonic() < deadline:
+        now = kubelet.registered()
+        if now != seen:
+            seen, last_change = now, time.monotonic()
+        ready = seen and all(kubelet.devices(r) for r in seen)
+        if ready and (
+            len(seen) == expected
+            if expected is not None
+            else time.monotonic() - last_change > settle
+        ):
+            return seen
+        time.sleep(0.002)
+    raise TimeoutError(f"only {seen} registered within {timeout} s")
+
+
+def healthy_device(kubelet: KubeletStandIn, resource: str) -> str:
+    return next(i for i, d in kubelet.devices(resource).items() if d.health == "Healthy")
+
+
+def socket_of(kubelet: KubeletStandIn, resource: str) -> Path:
+    return kubelet.plugin_dir / kubelet.endpoints[resource].request.endpoint
+
+
+def allocate_latencies(
+    socket: Path, device_ids: list[str], count: int, warmup: int = 200
+) -> list[float]:
+    """Sequential Allocate round trips of one container over a fresh channel, in ms."""
+    request = pb.AllocateRequest(
+        container_requests=[pb.ContainerAllocateRequest(devices_ids=device_ids)]
+    )
+    samples = []
+    with grpc.insecure_channel(f"unix://{socket}") as channel:
+        allocate = pb_grpc.DevicePluginStub(channel).Allocate
+        for _ in range(warmup):
+            allocate(request)
+        for _ in range(count):
+            started = time.perf_counter()
+            allocate(request)
+            samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def call_latencies(call: Callable[[], Any], count: int, warmup: int = 20) -> list[float]:
+    for _ in range(warmup):
+        call()
+    samples = []
+    for _ in range(count):
+        started = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "grpcio": grpc.__version__,
+    }
+
+
+def write_result(name: str, result: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    result = {
+        "benchmark": name,
+        "command": "make bench",
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+        **result,
+    }
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path
