@@ -8,7 +8,7 @@ driver has its own pool, so a driver that hangs exhausts only its own threads.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
 import contextvars
 import queue
 import threading
@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-_Job = tuple[concurrent.futures.Future[Any], Callable[[], Any]]
 
 
 class WorkerPool:
@@ -25,16 +24,14 @@ class WorkerPool:
     def __init__(self, name: str, size: int = 4) -> None:
         self.name = name
         self.size = size
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._idle = 0
 
-    def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
-        """Run ``fn`` in a worker thread, in the caller's context (so spans nest)."""
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        context = contextvars.copy_context()
-        self._jobs.put((future, lambda: context.run(fn)))
+    def submit(self, job: Callable[[], object]) -> None:
+        """Run ``job`` in a worker thread (starting one if none is idle and there is room)."""
+        self._jobs.put(job)
         with self._lock:
             if self._idle == 0 and len(self._threads) < self.size:
                 thread = threading.Thread(
@@ -42,7 +39,6 @@ class WorkerPool:
                 )
                 self._threads.append(thread)
                 thread.start()
-        return future
 
     def _work(self) -> None:
         while True:
@@ -53,13 +49,7 @@ class WorkerPool:
                 self._idle -= 1
             if job is None:
                 return
-            future, fn = job
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn())
-            except BaseException as exc:
-                future.set_exception(exc)
+            job()
 
     def close(self) -> None:
         """Let idle workers exit; a worker stuck in a hung call is abandoned (daemon)."""
@@ -70,7 +60,30 @@ class WorkerPool:
             self._jobs.put(None)
 
 
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if not future.done():  # a timed-out call may finish long after its caller gave up
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+
+
 async def run_with_timeout(pool: WorkerPool, fn: Callable[[], T], timeout: float) -> T:
-    """Await ``fn()`` run in ``pool``; raise ``TimeoutError`` after ``timeout`` seconds."""
-    future = asyncio.wrap_future(pool.submit(fn))
-    return await asyncio.wait_for(future, timeout)
+    """Await ``fn()`` run in ``pool``, in the caller's context (so spans nest); raise
+    ``TimeoutError`` after ``timeout`` seconds. The worker hands the outcome straight back to
+    the loop: no intermediate concurrent future, no extra task."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def job() -> None:
+        try:
+            outcome: tuple[Any, BaseException | None] = (context.run(fn), None)
+        except BaseException as exc:
+            outcome = (None, exc)
+        with contextlib.suppress(RuntimeError):  # the loop closed while a hung call ran
+            loop.call_soon_threadsafe(_settle, future, *outcome)
+
+    pool.submit(job)
+    async with asyncio.timeout(timeout):
+        return await future

@@ -119,6 +119,9 @@ class Tracing:
         metadata: Iterable[tuple[str, Any]] | None = None,
     ) -> Iterator[Span]:
         """A SERVER span for one kubelet request; a ``traceparent`` in metadata is its parent."""
+        if not self.enabled:  # no context switching at all when tracing is off
+            yield trace.INVALID_SPAN
+            return
         carrier = {k: v for k, v in metadata or () if isinstance(v, str)}
         parent = extract(carrier) if "traceparent" in carrier else otel_context.Context()
         attributes = {
@@ -144,6 +147,9 @@ class Tracing:
     @contextmanager
     def child_span(self, name: str, **attributes: Any) -> Iterator[Span]:
         """A span inside the current request (a driver hook, a container), errors recorded."""
+        if not self.enabled:
+            yield trace.INVALID_SPAN
+            return
         with self.tracer.start_as_current_span(
             name,
             attributes={k: v for k, v in attributes.items() if v is not None},
