@@ -13,15 +13,15 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from devicehost import Allocation
+from devicehost import Allocation, DeviceNode
 from devicehost.cdi import write_spec
 from devicehost_rdma.allocation import device_node, hca_nodes
-from devicehost_rdma.discovery import RDMA_CM
+from devicehost_rdma.discovery import RDMA_CM, DevNodes
 from devicehost_rdma.hca import Hca
 
 log = logging.getLogger(__name__)
 
-_Key = tuple[tuple[tuple[str, tuple[str, ...]], ...], bool]
+_Key = tuple[tuple[tuple[str, tuple[DeviceNode, ...]], ...], bool]
 
 
 class CdiSpec:
@@ -34,18 +34,19 @@ class CdiSpec:
         self._written: _Key | None = None
         self.path: Path | None = None
 
-    def update(self, hcas: Sequence[Hca], rdma_cm: bool) -> None:
-        """Rewrite the spec if the HCAs or their character devices changed.
+    def update(self, hcas: Sequence[Hca], nodes: DevNodes) -> None:
+        """Rewrite the spec if the HCAs or their present character devices changed.
 
-        HCAs without character devices are left out: CDI refuses a device with no edits.
+        HCAs without any are left out: CDI refuses a device with no edits.
         """
-        usable = [h for h in hcas if h.char_devices]
-        key: _Key = (tuple((h.name, h.char_devices) for h in usable), rdma_cm)
+        per_hca = [(h.name, hca_nodes(h, nodes)) for h in hcas]
+        usable = tuple((name, found) for name, found in per_hca if found)
+        key: _Key = (usable, nodes.rdma_cm)
         with self._lock:
             if key == self._written:
                 return
-            devices = {h.name: Allocation(devices=hca_nodes(h)) for h in usable}
-            common = Allocation(devices=(device_node(RDMA_CM),)) if rdma_cm else None
+            devices = {name: Allocation(devices=found) for name, found in usable}
+            common = Allocation(devices=(device_node(RDMA_CM),)) if nodes.rdma_cm else None
             try:
                 self.path = write_spec(self.directory, self.kind, devices, common)
             except OSError as exc:

@@ -14,9 +14,8 @@ from devicehost_rdma.discovery import (
     DEV_DIR,
     NETNS_MODE,
     RDMA_CM,
-    dev_node_exists,
+    dev_nodes,
     netns_mode,
-    rdma_cm_present,
 )
 from devicehost_rdma.hca import Hca
 from devicehost_rdma.pools import members, overlaps, why_empty
@@ -26,8 +25,10 @@ def pool_notes(config: RdmaConfig, hcas: Sequence[Hca]) -> list[str]:
     """Pools that select nothing (and why), HCAs that two pools hand out."""
     notes = [why_empty(pool, hcas) for pool in config.pools if not members(pool, hcas)]
     for name, resources in overlaps(config.pools, hcas).items():
-        notes.append(f"{name} is in pools {', '.join(resources)}: it can be given to two pods "
-                     "at once; narrow the selectors so the pools do not overlap")
+        notes.append(
+            f"{name} is in pools {', '.join(resources)}: it can be given to two pods "
+            "at once; narrow the selectors so the pools do not overlap"
+        )
     return notes
 
 
@@ -36,37 +37,49 @@ def netns_note(root: Path, config: RdmaConfig) -> list[str]:
     shared = [p.resource_name for p in config.pools if p.shared]
     if not shared or netns_mode(root) != "exclusive":
         return []
-    return [f"RDMA namespace mode is exclusive (/{NETNS_MODE} is N): shared pools "
-            f"{', '.join(shared)} are unusable, because each RDMA device is visible in one "
-            "network namespace only and pods run in their own; run `rdma system set netns "
-            "shared` or load ib_core with netns_mode=1"]
+    return [
+        f"RDMA namespace mode is exclusive (/{NETNS_MODE} is N): shared pools "
+        f"{', '.join(shared)} are unusable, because each RDMA device is visible in one "
+        "network namespace only and pods run in their own; run `rdma system set netns "
+        "shared` or load ib_core with netns_mode=1"
+    ]
 
 
 def char_device_notes(root: Path, config: RdmaConfig, hcas: Sequence[Hca]) -> list[str]:
     """Character devices a container given these HCAs would need but the node lacks."""
     used = {h.name: h for pool in config.pools for h in members(pool, hcas)}
     notes = []
-    no_verbs = [name for name, h in used.items()
-                if not any(c.startswith("uverbs") for c in h.char_devices)]
+    no_verbs = [
+        name for name, h in used.items() if not any(c.startswith("uverbs") for c in h.char_devices)
+    ]
     if no_verbs:
-        notes.append(f"no uverbs device for {', '.join(no_verbs)} in "
-                     "/sys/class/infiniband_verbs: containers given them cannot use verbs; "
-                     "load ib_uverbs")
-    missing = [c for h in used.values() for c in h.char_devices if not dev_node_exists(root, c)]
-    cm = rdma_cm_present(root)
-    if cm and not dev_node_exists(root, RDMA_CM):
+        notes.append(
+            f"no uverbs device for {', '.join(no_verbs)} in "
+            "/sys/class/infiniband_verbs: containers given them cannot use verbs; "
+            "load ib_uverbs"
+        )
+    nodes = dev_nodes(root)
+    missing = [c for h in used.values() for c in h.char_devices if not nodes.present(c)]
+    if nodes.rdma_cm_loaded and not nodes.present(RDMA_CM):
         missing.append(RDMA_CM)
     if missing:
-        notes.append(f"character devices missing under {DEV_DIR}: {', '.join(missing)}; "
-                     "containers given them fail to start: load ib_uverbs/ib_umad/rdma_ucm, "
-                     f"or if they exist on the host, mount its /dev at {root / 'dev'}")
-    if used and not cm:
-        notes.append(f"{DEV_DIR}/{RDMA_CM} is absent (rdma_ucm not loaded): containers get no "
-                     "RDMA connection manager, so librdmacm connections fail; load rdma_ucm")
+        notes.append(
+            f"character devices missing under {DEV_DIR}: {', '.join(missing)}; containers "
+            "get their HCAs without them: load ib_uverbs/ib_umad/rdma_ucm, or if they exist "
+            f"on the host, mount its /dev at {root / 'dev'}"
+        )
+    if used and not nodes.rdma_cm_loaded:
+        notes.append(
+            f"{DEV_DIR}/{RDMA_CM} is absent (rdma_ucm not loaded): containers get no "
+            "RDMA connection manager, so librdmacm connections fail; load rdma_ucm"
+        )
     return notes
 
 
 def startup_notes(root: Path, config: RdmaConfig, hcas: Sequence[Hca]) -> list[str]:
     """Every start-up finding, in the order an operator would fix them."""
-    return [*netns_note(root, config), *char_device_notes(root, config, hcas),
-            *pool_notes(config, hcas)]
+    return [
+        *netns_note(root, config),
+        *char_device_notes(root, config, hcas),
+        *pool_notes(config, hcas),
+    ]

@@ -25,9 +25,14 @@ MAX_POLL_SECONDS = 60.0
 DEFAULT_CDI_DIR = "/var/run/cdi"
 DEFAULT_CDI_KIND = "devicehost.io/rdma"
 
-_LINK_TYPES = {"infiniband": "infiniband", "ib": "infiniband",
-               "ethernet": "ethernet", "ether": "ethernet", "eth": "ethernet",
-               "roce": "ethernet"}
+_LINK_TYPES = {
+    "infiniband": "infiniband",
+    "ib": "infiniband",
+    "ethernet": "ethernet",
+    "ether": "ethernet",
+    "eth": "ethernet",
+    "roce": "ethernet",
+}
 _FUNCTION_TYPES = ("pf", "vf")
 _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _CDI_KIND = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -85,13 +90,21 @@ class CdiSettings:
 
 
 #: Used when the config has no ``pools`` key: InfiniBand HCAs (the compute fabric, one
-#: per GPU) exclusive and topology-aware; Ethernet/RoCE HCAs shared. Disjoint, so no HCA
-#: is ever handed out by two resources.
+#: per GPU) exclusive and topology-aware; Ethernet/RoCE HCAs shared. Split by link layer,
+#: so no HCA is handed out by both (only an HCA with ports of both kinds could be, and a
+#: start-up note would name it).
 DEFAULT_POOLS: tuple[Pool, ...] = (
-    Pool(resource_name="rdma/hca", mode=Mode.EXCLUSIVE,
-         selectors=Selectors(link_types=("infiniband",))),
-    Pool(resource_name="rdma/hca_shared", mode=Mode.SHARED, slots=DEFAULT_SLOTS,
-         selectors=Selectors(link_types=("ethernet",))),
+    Pool(
+        resource_name="rdma/hca",
+        mode=Mode.EXCLUSIVE,
+        selectors=Selectors(link_types=("infiniband",)),
+    ),
+    Pool(
+        resource_name="rdma/hca_shared",
+        mode=Mode.SHARED,
+        slots=DEFAULT_SLOTS,
+        selectors=Selectors(link_types=("ethernet",)),
+    ),
 )
 
 
@@ -107,8 +120,10 @@ class RdmaConfig:
         for pool in self.pools:
             if pool.resource_name == resource:
                 return pool
-        raise LookupError(f"resource {resource!r} is not served by the rdma driver "
-                          f"(pools: {', '.join(p.resource_name for p in self.pools)})")
+        raise LookupError(
+            f"resource {resource!r} is not served by the rdma driver "
+            f"(pools: {', '.join(p.resource_name for p in self.pools)})"
+        )
 
 
 # -- value parsers: each takes (key path, raw value) and raises ValueError naming the key --
@@ -178,6 +193,13 @@ _SELECTOR_KEYS: tuple[tuple[str, str, Callable[[str, Any], str]], ...] = (
 )
 
 
+#: Every key the section accepts, by where it may appear (docs and tests iterate them).
+TOP_KEYS = ("pools", "pollIntervalSeconds", "cdi")
+POOL_KEYS = ("resourceName", "mode", "slots", "selectors")
+SELECTOR_KEYS = tuple(key for key, _, _ in _SELECTOR_KEYS)
+CDI_KEYS = ("enabled", "dir", "kind")
+
+
 def _string_list(key: str, value: Any, item: Callable[[str, Any], str]) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, Sequence) or not value:
         raise _fail(key, "a non-empty list", value)
@@ -185,14 +207,17 @@ def _string_list(key: str, value: Any, item: Callable[[str, Any], str]) -> tuple
 
 
 def _selectors(key: str, value: Any) -> Selectors:
-    raw = _mapping(key, value, [k for k, _, _ in _SELECTOR_KEYS])
-    values = {attr: _string_list(f"{key}.{name}", raw[name], item)
-              for name, attr, item in _SELECTOR_KEYS if name in raw}
+    raw = _mapping(key, value, SELECTOR_KEYS)
+    values = {
+        attr: _string_list(f"{key}.{name}", raw[name], item)
+        for name, attr, item in _SELECTOR_KEYS
+        if name in raw
+    }
     return Selectors(**values)
 
 
 def _pool(key: str, value: Any) -> Pool:
-    raw = _mapping(key, value, ("resourceName", "mode", "slots", "selectors"))
+    raw = _mapping(key, value, POOL_KEYS)
     if "resourceName" not in raw:
         raise ValueError(f"{key}.resourceName: required (e.g. rdma/hca_shared_devices_a)")
     name = _string(f"{key}.resourceName", raw["resourceName"])
@@ -209,8 +234,10 @@ def _pool(key: str, value: Any) -> Pool:
         if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= MAX_SLOTS:
             raise _fail(f"{key}.slots", f"an integer from 1 to {MAX_SLOTS}", slots)
     elif "slots" in raw:
-        raise ValueError(f"{key}.slots: only a shared pool has slots; an exclusive pool "
-                         "advertises one device per HCA")
+        raise ValueError(
+            f"{key}.slots: only a shared pool has slots; an exclusive pool "
+            "advertises one device per HCA"
+        )
     selectors = _selectors(f"{key}.selectors", raw.get("selectors", {}))
     return Pool(resource_name=name, mode=mode, slots=slots, selectors=selectors)
 
@@ -222,22 +249,30 @@ def _pools(value: Any) -> tuple[Pool, ...]:
     seen: set[str] = set()
     for i, pool in enumerate(pools):
         if pool.resource_name in seen:
-            raise ValueError(f"pools[{i}].resourceName: {pool.resource_name!r} is used by "
-                             "an earlier pool; each pool needs its own resource name")
+            raise ValueError(
+                f"pools[{i}].resourceName: {pool.resource_name!r} is used by "
+                "an earlier pool; each pool needs its own resource name"
+            )
         seen.add(pool.resource_name)
     return pools
 
 
 def _poll_interval(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (
-            0 < value <= MAX_POLL_SECONDS):
-        raise _fail("pollIntervalSeconds", f"a number of seconds above 0, at most "
-                    f"{MAX_POLL_SECONDS:g}", value)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (0 < value <= MAX_POLL_SECONDS)
+    ):
+        raise _fail(
+            "pollIntervalSeconds",
+            f"a number of seconds above 0, at most {MAX_POLL_SECONDS:g}",
+            value,
+        )
     return float(value)
 
 
 def _cdi(value: Any) -> CdiSettings:
-    raw = _mapping("cdi", value, ("enabled", "dir", "kind"))
+    raw = _mapping("cdi", value, CDI_KEYS)
     enabled = raw.get("enabled", False)
     if not isinstance(enabled, bool):
         raise _fail("cdi.enabled", "true or false", enabled)
@@ -252,7 +287,7 @@ def _cdi(value: Any) -> CdiSettings:
 
 def parse_config(config: Mapping[str, Any]) -> RdmaConfig:
     """Validate ``drivers.rdma``; raise ValueError naming the first bad key."""
-    raw = _mapping("", config, ("pools", "pollIntervalSeconds", "cdi"))
+    raw = _mapping("", config, TOP_KEYS)
     return RdmaConfig(
         pools=_pools(raw["pools"]) if "pools" in raw else DEFAULT_POOLS,
         poll_interval=_poll_interval(raw.get("pollIntervalSeconds", DEFAULT_POLL_SECONDS)),

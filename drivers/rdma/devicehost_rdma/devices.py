@@ -24,9 +24,14 @@ def slot_id(index: int) -> str:
 
 
 def is_slot_id(device_id: str, pool: Pool) -> bool:
+    """True for ``slot-<n>`` with ``n`` below the pool's slots, spelled as advertised."""
     number = device_id.removeprefix(SLOT_PREFIX)
-    return (device_id.startswith(SLOT_PREFIX) and number.isdigit()
-            and slot_id(int(number)) == device_id and int(number) < pool.slots)
+    return (
+        device_id.startswith(SLOT_PREFIX)
+        and number.isdigit()
+        and slot_id(int(number)) == device_id
+        and int(number) < pool.slots
+    )
 
 
 def hca_healthy(pool: Pool, hca: Hca) -> bool:
@@ -46,9 +51,10 @@ def pool_devices(pool: Pool, hcas: Sequence[Hca]) -> list[Device]:
     """The full device list of ``pool`` given the node's HCAs now."""
     chosen = members(pool, hcas)
     if not pool.shared:
-        return [Device(id=hca.name, health=_health(hca_healthy(pool, hca)),
-                       numa_nodes=_numa([hca]))
-                for hca in chosen]
+        return [
+            Device(id=hca.name, health=_health(hca_healthy(pool, hca)), numa_nodes=_numa([hca]))
+            for hca in chosen
+        ]
     if not chosen:
         return []
     health = _health(any(hca_healthy(pool, hca) for hca in chosen))

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 
-from devicehost.sysfs import pci_numa_node, pci_path, read_attr
+from devicehost.sysfs import pci_path, read_attr, read_int
 from devicehost_rdma.hca import Hca, Port
 from devicehost_rdma.naming import natural_key
 
@@ -45,9 +47,13 @@ def _entries(directory: Path) -> list[Path]:
 
 
 def _link_name(path: Path) -> str | None:
-    """The name of the directory a sysfs link points to (``driver`` → ``mlx5_core``)."""
+    """The last part of a sysfs link's target (``driver`` → ``mlx5_core``), or None.
+
+    For links to a sibling tree (``driver``, ``physfn``) the link text is enough, and much
+    cheaper than resolving it; discovery runs on every enumeration and allocation.
+    """
     try:
-        return path.resolve(strict=True).name if path.is_symlink() else None
+        return os.path.basename(os.readlink(path))
     except OSError:
         return None
 
@@ -92,46 +98,50 @@ def _ports(ibdir: Path) -> tuple[Port, ...]:
     for entry in _entries(ibdir / "ports"):
         if not entry.name.isdigit():
             continue
-        ports.append(Port(number=int(entry.name),
-                          state=read_attr(entry / "state") or "",
-                          phys_state=read_attr(entry / "phys_state") or "",
-                          link_layer=read_attr(entry / "link_layer") or ""))
+        ports.append(
+            Port(
+                number=int(entry.name),
+                state=read_attr(entry / "state") or "",
+                phys_state=read_attr(entry / "phys_state") or "",
+                link_layer=read_attr(entry / "link_layer") or "",
+            )
+        )
     return tuple(ports)
 
 
-def _ancestry(root: Path, device_dir: Path) -> tuple[str, ...]:
-    """Directory names from /sys/devices to the parent bridge of ``device_dir``."""
+def _ancestry(devices_dir: Path, function_dir: Path) -> tuple[str, ...]:
+    """Directory names from /sys/devices down to the parent bridge of ``function_dir``."""
     try:
-        rel = device_dir.relative_to((root / "sys/devices").resolve())
+        return function_dir.relative_to(devices_dir).parts[:-1]
     except ValueError:
         return ()
-    return rel.parts[:-1]
 
 
-def read_hca(root: Path, name: str, char_devices: dict[str, list[str]]) -> Hca:
-    """One HCA as sysfs shows it now; PCI fields stay None for a non-PCI device (rxe)."""
+def read_hca(
+    root: Path, name: str, char_devices: dict[str, list[str]], devices_dir: Path | None = None
+) -> Hca:
+    """One HCA as sysfs shows it now; PCI fields stay None for a non-PCI device (rxe).
+
+    ``devices_dir``: ``<root>/sys/devices`` resolved (passed in to resolve it once).
+    """
     ibdir = root / INFINIBAND_CLASS / name
     try:
-        function_dir: Path | None = (ibdir / "device").resolve(strict=True)
+        address: str | None = (ibdir / "device").resolve(strict=True).name
     except OSError:
-        function_dir = None
-    address = function_dir.name if function_dir else None
-    if function_dir is None or address is None or not _PCI_ADDRESS.match(address):
-        return Hca(name=name, ports=_ports(ibdir),
-                   char_devices=tuple(char_devices.get(name, ())))
-    resolved = pci_path(root, address) or function_dir
-    numa = pci_numa_node(root, address)
-    if numa is None:
-        text = read_attr(function_dir / "numa_node")
-        numa = int(text) if text and text.isdigit() else None
+        address = None
+    function_dir = pci_path(root, address) if address and _PCI_ADDRESS.match(address) else None
+    if address is None or function_dir is None:
+        return Hca(name=name, ports=_ports(ibdir), char_devices=tuple(char_devices.get(name, ())))
+    devices_dir = devices_dir or (root / "sys/devices").resolve()
+    numa = read_int(function_dir / "numa_node")
     return Hca(
         name=name,
         pci_address=address,
         vendor=hex_id(read_attr(function_dir / "vendor")),
         device_id=hex_id(read_attr(function_dir / "device")),
         driver=_link_name(function_dir / "driver"),
-        numa_node=numa,
-        pci_path=_ancestry(root, resolved),
+        numa_node=numa if numa is not None and numa >= 0 else None,
+        pci_path=_ancestry(devices_dir, function_dir),
         physfn=_link_name(function_dir / "physfn"),
         netdevs=tuple(p.name for p in _entries(function_dir / "net")),
         ports=_ports(ibdir),
@@ -139,15 +149,46 @@ def read_hca(root: Path, name: str, char_devices: dict[str, list[str]]) -> Hca:
     )
 
 
-def discover(root: Path) -> list[Hca]:
-    """Every HCA on the node now, in natural name order."""
-    char_devices = char_device_map(root)
-    return [read_hca(root, name, char_devices) for name in ibdev_names(root)]
+def discover(root: Path, only: Collection[str] | None = None) -> list[Hca]:
+    """Every HCA on the node now (or those named in ``only`` that exist), in natural order."""
+    names = ibdev_names(root)
+    if only is not None:
+        names = [name for name in names if name in only]
+    char_devices = char_device_map(root) if names else {}
+    devices_dir = (root / "sys/devices").resolve()
+    return [read_hca(root, name, char_devices, devices_dir) for name in names]
 
 
-def rdma_cm_present(root: Path) -> bool:
-    """True when the shared ``/dev/infiniband/rdma_cm`` exists (``rdma_ucm`` loaded)."""
-    return (root / RDMA_CM_CLASS).exists() or (root / DEV_DIR.lstrip("/") / RDMA_CM).exists()
+@dataclass(frozen=True, slots=True)
+class DevNodes:
+    """Which ``/dev/infiniband`` nodes can be handed to a container.
+
+    When ``<root>/dev/infiniband`` is visible, only nodes that exist there: a container
+    given a missing node fails to start, so leaving it out is the lesser harm (and a
+    start-up note says so). When it is not visible (the host's /dev not mounted), every
+    node sysfs names is trusted.
+    """
+
+    visible: frozenset[str] | None
+    rdma_cm_loaded: bool
+
+    def present(self, name: str) -> bool:
+        return self.visible is None or name in self.visible
+
+    @property
+    def rdma_cm(self) -> bool:
+        """True when the shared rdma_cm node exists and can be given."""
+        return self.rdma_cm_loaded and self.present(RDMA_CM)
+
+
+def dev_nodes(root: Path) -> DevNodes:
+    """What ``/dev/infiniband`` under ``root`` holds now."""
+    try:
+        visible: frozenset[str] | None = frozenset(os.listdir(root / DEV_DIR.lstrip("/")))
+    except OSError:
+        visible = None
+    loaded = (root / RDMA_CM_CLASS).exists() or (visible is not None and RDMA_CM in visible)
+    return DevNodes(visible=visible, rdma_cm_loaded=loaded)
 
 
 def netns_mode(root: Path) -> str | None:
@@ -163,8 +204,3 @@ def netns_mode(root: Path) -> str | None:
     if value.upper() in ("N", "0"):
         return "exclusive"
     return None
-
-
-def dev_node_exists(root: Path, name: str) -> bool:
-    """True when ``/dev/infiniband/<name>`` exists under ``root``."""
-    return os.path.lexists(root / DEV_DIR.lstrip("/") / name)

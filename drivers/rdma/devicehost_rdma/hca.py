@@ -60,8 +60,10 @@ class Port:
     @property
     def up(self) -> bool:
         """ACTIVE and LinkUp: traffic can flow."""
-        return (parse_state(self.state) == PORT_ACTIVE
-                and parse_phys_state(self.phys_state) == PHYS_LINK_UP)
+        return (
+            parse_state(self.state) == PORT_ACTIVE
+            and parse_phys_state(self.phys_state) == PHYS_LINK_UP
+        )
 
     def describe(self) -> str:
         return f"port {self.number} {self.state or '?'} / {self.phys_state or '?'}"

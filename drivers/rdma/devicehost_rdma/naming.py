@@ -9,5 +9,6 @@ _DIGITS = re.compile(r"(\d+)")
 
 def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
     """Sort key splitting ``name`` into text and number runs."""
-    return tuple((0, int(part)) if part.isdigit() else (1, part)
-                 for part in _DIGITS.split(name) if part)
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part) for part in _DIGITS.split(name) if part
+    )

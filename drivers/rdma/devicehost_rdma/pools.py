@@ -54,10 +54,14 @@ def why_empty(pool: Pool, hcas: Sequence[Hca]) -> str:
     for key, values in pool.selectors.given():
         passing = sum(selector_matches(key, values, h) for h in hcas)
         offered = sorted({v for h in hcas for v in _OFFERS[key](h)})
-        parts.append(f"{key} {list(values)} matches {passing} "
-                     f"(this node has: {', '.join(offered) or 'none'})")
-    return (f"pool {pool.resource_name!r} advertises nothing: none of the {len(hcas)} HCAs "
-            f"matches every selector; " + "; ".join(parts))
+        parts.append(
+            f"{key} {list(values)} matches {passing} "
+            f"(this node has: {', '.join(offered) or 'none'})"
+        )
+    return (
+        f"pool {pool.resource_name!r} advertises nothing: none of the {len(hcas)} HCAs "
+        f"matches every selector; " + "; ".join(parts)
+    )
 
 
 def overlaps(pools: Sequence[Pool], hcas: Sequence[Hca]) -> dict[str, list[str]]:

@@ -5,8 +5,8 @@ files; the driver then runs exactly the code it runs on hardware. Tests and
 ``devicehost demo`` share these builders::
 
     node = SimulatedNode(fake_root)
-    bus = node.pcie_switch("pci0000:17", "0000:17:00.0", "0000:18:00.0", "0000:19:00.0")
-    mlx5_0 = node.hca("0000:1a:00.0", bus=bus, numa_node=0)
+    bus = node.pcie_switch("pci0000:4a", "0000:4a:00.0", "0000:4b:00.0", "0000:4c:00.0")
+    mlx5_0 = node.hca("0000:4d:00.0", bus=bus, numa_node=0)
     set_link(fake_root.path, mlx5_0, up=False)       # pull the cable
 
 Layout written for each HCA (``<fn>`` = ``/sys/devices/<bus>/<address>``)::
@@ -47,13 +47,15 @@ class SimulatedNode:
     """Adds PCIe bridges, HCAs and SR-IOV VFs to a fake root, numbering char devices as
     the kernel does (one uverbs per HCA, one umad and one issm per port)."""
 
-    def __init__(self, root: FakeRoot | Path | str, *, netns_mode: str = "Y",
-                 rdma_cm: bool = True) -> None:
+    def __init__(
+        self, root: FakeRoot | Path | str, *, netns_mode: str = "Y", rdma_cm: bool = True
+    ) -> None:
         self.fake = root if isinstance(root, FakeRoot) else FakeRoot(root)
         self._uverbs = 0
         self._umad = 0
         self._ibdevs = 0
         self._vfs: dict[str, int] = {}
+        self._bridges: set[str] = set()
         self.fake.write(f"/{NETNS_MODE}", netns_mode)
         for cls in ("infiniband_verbs", "infiniband_mad"):
             self.fake.write(f"/sys/class/{cls}/abi_version", "6" if "verbs" in cls else "5")
@@ -66,27 +68,61 @@ class SimulatedNode:
 
     # -- PCIe ---------------------------------------------------------------------------
 
-    def bridge(self, address: str, bus: str, *, vendor: str = "0x10b5",
-               device: str = "0x8747", numa_node: int = -1) -> str:
+    def bridge(
+        self,
+        address: str,
+        bus: str,
+        *,
+        vendor: str = "0x10b5",
+        device: str = "0x8747",
+        numa_node: int = -1,
+    ) -> str:
         """A PCIe bridge (root port or switch port); returns the bus path below it."""
-        self.fake.pci_device(address, vendor=vendor, device=device, numa_node=numa_node,
-                             device_class=BRIDGE_CLASS, bus=bus)
+        if address in self._bridges:
+            return f"{bus}/{address}"
+        self._bridges.add(address)
+        self.fake.pci_device(
+            address,
+            vendor=vendor,
+            device=device,
+            numa_node=numa_node,
+            device_class=BRIDGE_CLASS,
+            bus=bus,
+        )
         return f"{bus}/{address}"
 
-    def pcie_switch(self, root_complex: str, root_port: str, upstream: str,
-                    downstream: str, *, numa_node: int = -1) -> str:
+    def pcie_switch(
+        self,
+        root_complex: str,
+        root_port: str,
+        upstream: str,
+        downstream: str,
+        *,
+        numa_node: int = -1,
+    ) -> str:
         """Root port → switch upstream port → one downstream port; returns its bus path."""
-        bus = self.bridge(root_port, root_complex, vendor="0x8086", device="0x2030",
-                          numa_node=numa_node)
+        bus = self.bridge(
+            root_port, root_complex, vendor="0x8086", device="0x2030", numa_node=numa_node
+        )
         bus = self.bridge(upstream, bus, numa_node=numa_node)
         return self.bridge(downstream, bus, numa_node=numa_node)
 
     # -- HCAs -----------------------------------------------------------------------------
 
-    def hca(self, address: str, *, bus: str = "pci0000:00", numa_node: int = -1,
-            device: str = CONNECTX6, link_layer: str = INFINIBAND, ports: int = 1,
-            ifnames: Sequence[str] | None = None, physfn: str | None = None,
-            driver: str = MLX5_DRIVER, char_devices: bool = True) -> str:
+    def hca(
+        self,
+        address: str,
+        *,
+        bus: str = "pci0000:00",
+        numa_node: int = -1,
+        device: str = CONNECTX6,
+        link_layer: str = INFINIBAND,
+        ports: int = 1,
+        ifnames: Sequence[str] | None = None,
+        physfn: str | None = None,
+        driver: str = MLX5_DRIVER,
+        char_devices: bool = True,
+    ) -> str:
         """Add one RDMA device on its own PCI function; returns its name (``mlx5_N``).
 
         ``physfn``: the PF's PCI address, making this function one of its SR-IOV VFs.
@@ -94,9 +130,15 @@ class SimulatedNode:
         name = f"mlx5_{self._ibdevs}"
         self._ibdevs += 1
         code = INFINIBAND_CLASS_CODE if link_layer == INFINIBAND else ETHERNET_CLASS_CODE
-        fn = self.fake.pci_device(address, vendor=MELLANOX, device=device,
-                                  numa_node=numa_node, driver=driver, device_class=code,
-                                  bus=bus)
+        fn = self.fake.pci_device(
+            address,
+            vendor=MELLANOX,
+            device=device,
+            numa_node=numa_node,
+            driver=driver,
+            device_class=code,
+            bus=bus,
+        )
         if physfn is not None:
             self._add_vf_links(fn, physfn)
         ib = f"{fn}/infiniband/{name}"
@@ -126,16 +168,16 @@ class SimulatedNode:
         uverbs = f"uverbs{self._uverbs}"
         self._uverbs += 1
         self.fake.write(f"{fn}/infiniband_verbs/{uverbs}/ibdev", name)
-        self.fake.symlink(f"/sys/class/infiniband_verbs/{uverbs}",
-                          f"{fn}/infiniband_verbs/{uverbs}")
+        self.fake.symlink(
+            f"/sys/class/infiniband_verbs/{uverbs}", f"{fn}/infiniband_verbs/{uverbs}"
+        )
         self.fake.char_device(f"/dev/infiniband/{uverbs}")
         for port in range(1, ports + 1):
             for prefix in ("umad", "issm"):
                 mad = f"{prefix}{self._umad}"
                 self.fake.write(f"{fn}/infiniband_mad/{mad}/ibdev", name)
                 self.fake.write(f"{fn}/infiniband_mad/{mad}/port", str(port))
-                self.fake.symlink(f"/sys/class/infiniband_mad/{mad}",
-                                  f"{fn}/infiniband_mad/{mad}")
+                self.fake.symlink(f"/sys/class/infiniband_mad/{mad}", f"{fn}/infiniband_mad/{mad}")
                 self.fake.char_device(f"/dev/infiniband/{mad}")
             self._umad += 1
 
@@ -168,16 +210,31 @@ def set_link(root: Path, ibdev: str, *, up: bool, port: int | None = None) -> bo
 # -- scenarios ---------------------------------------------------------------------------
 
 
-def two_port_hca(root: FakeRoot | Path | str, *, link_layer: str = INFINIBAND,
-                 device: str = CONNECTX6, numa_node: int = 0) -> list[str]:
+def two_port_hca(
+    root: FakeRoot | Path | str,
+    *,
+    link_layer: str = INFINIBAND,
+    device: str = CONNECTX6,
+    numa_node: int = 0,
+) -> list[str]:
     """One dual-port ConnectX-style card: two PCI functions (``.0``, ``.1``) behind one
     bridge, one RDMA device and one netdev each. Returns the two HCA names."""
     node = SimulatedNode(root)
-    bus = node.pcie_switch("pci0000:3a", "0000:3a:00.0", "0000:3b:00.0", "0000:3c:00.0",
-                           numa_node=numa_node)
+    bus = node.pcie_switch(
+        "pci0000:3a", "0000:3a:00.0", "0000:3b:00.0", "0000:3c:00.0", numa_node=numa_node
+    )
     prefix = "ib" if link_layer == INFINIBAND else "ens1f"
-    return [node.hca(f"0000:3d:00.{fn}", bus=bus, numa_node=numa_node, device=device,
-                     link_layer=link_layer, ifnames=[f"{prefix}{fn}"]) for fn in (0, 1)]
+    return [
+        node.hca(
+            f"0000:3d:00.{fn}",
+            bus=bus,
+            numa_node=numa_node,
+            device=device,
+            link_layer=link_layer,
+            ifnames=[f"{prefix}{fn}"],
+        )
+        for fn in (0, 1)
+    ]
 
 
 def eight_hca_node(root: FakeRoot | Path | str, *, netns_mode: str = "Y") -> SimulatedNode:
@@ -187,51 +244,92 @@ def eight_hca_node(root: FakeRoot | Path | str, *, netns_mode: str = "Y") -> Sim
     ============  ========  ==============  =================  ============================
     HCA           NUMA      switch (root)   link layer         what
     ============  ========  ==============  =================  ============================
-    mlx5_0, _1    0         pci0000:17      InfiniBand         ConnectX-6 (0x101b)
-    mlx5_2, _3    0         pci0000:38      InfiniBand         ConnectX-6
-    mlx5_4, _5    1         pci0000:97      InfiniBand         ConnectX-6
-    mlx5_6, _7    1         pci0000:b7      Ethernet (RoCE)    dual-port ConnectX-5 (0x1017)
-    mlx5_8, _9    1         pci0000:97      InfiniBand         SR-IOV VFs of mlx5_4 (0x101c)
+    mlx5_0, _1    0         pci0000:4a      InfiniBand         ConnectX-6 (0x101b)
+    mlx5_2, _3    0         pci0000:6a      InfiniBand         ConnectX-6
+    mlx5_4, _5    1         pci0000:aa      InfiniBand         ConnectX-6
+    mlx5_6, _7    1         pci0000:da      Ethernet (RoCE)    dual-port ConnectX-5 (0x1017)
+    mlx5_8, _9    1         pci0000:aa      InfiniBand         SR-IOV VFs of mlx5_4 (0x101c)
     ============  ========  ==============  =================  ============================
     """
     node = SimulatedNode(root, netns_mode=netns_mode)
-    layout = (("17", 0), ("38", 0), ("97", 1))
+    # Bus numbers 4a-4e, 6a-6e, aa-ae and da-dd stay clear of the PCI addresses the other
+    # drivers' simulated nodes use: ``devicehost demo`` builds them all under one root.
+    layout = (("4a", 0), ("6a", 0), ("aa", 1))
     buses: list[str] = []
     for rc, numa in layout:
         bus = int(rc, 16)
         for slot in range(2):
-            down = node.pcie_switch(f"pci0000:{rc}", f"0000:{rc}:00.0",
-                                    f"0000:{bus + 1:02x}:00.0",
-                                    f"0000:{bus + 2:02x}:{slot * 4:02x}.0", numa_node=numa)
-            node.hca(f"0000:{bus + 3 + slot:02x}:00.0", bus=down, numa_node=numa,
-                     device=CONNECTX6, ifnames=[f"ib{len(buses)}"])
+            down = node.pcie_switch(
+                f"pci0000:{rc}",
+                f"0000:{rc}:00.0",
+                f"0000:{bus + 1:02x}:00.0",
+                f"0000:{bus + 2:02x}:{slot * 4:02x}.0",
+                numa_node=numa,
+            )
+            node.hca(
+                f"0000:{bus + 3 + slot:02x}:00.0",
+                bus=down,
+                numa_node=numa,
+                device=CONNECTX6,
+                ifnames=[f"ib{len(buses)}"],
+            )
             buses.append(down)
-    roce = node.pcie_switch("pci0000:b7", "0000:b7:00.0", "0000:b8:00.0", "0000:b9:00.0",
-                            numa_node=1)
+    roce = node.pcie_switch(
+        "pci0000:da", "0000:da:00.0", "0000:db:00.0", "0000:dc:00.0", numa_node=1
+    )
     for fn in (0, 1):
-        node.hca(f"0000:ba:00.{fn}", bus=roce, numa_node=1, device=CONNECTX5,
-                 link_layer=ETHERNET, ifnames=[f"ens2f{fn}np{fn}"])
-    for fn in (1, 2):  # VFs sit beside their PF (mlx5_4, 0000:9a:00.0), below its port
-        node.hca(f"0000:9a:00.{fn}", bus=buses[4], numa_node=1, device=CONNECTX6_VF,
-                 physfn="0000:9a:00.0", ifnames=[f"ib4v{fn - 1}"])
+        node.hca(
+            f"0000:dd:00.{fn}",
+            bus=roce,
+            numa_node=1,
+            device=CONNECTX5,
+            link_layer=ETHERNET,
+            ifnames=[f"ens2f{fn}np{fn}"],
+        )
+    for fn in (1, 2):  # VFs sit beside their PF (mlx5_4, 0000:ad:00.0), below its port
+        node.hca(
+            f"0000:ad:00.{fn}",
+            bus=buses[4],
+            numa_node=1,
+            device=CONNECTX6_VF,
+            physfn="0000:ad:00.0",
+            ifnames=[f"ib4v{fn - 1}"],
+        )
     return node
 
 
-def sriov_hca(root: FakeRoot | Path | str, *, vfs: int = 4, link_layer: str = ETHERNET,
-              numa_node: int = 0) -> list[str]:
+def sriov_hca(
+    root: FakeRoot | Path | str, *, vfs: int = 4, link_layer: str = ETHERNET, numa_node: int = 0
+) -> list[str]:
     """One ConnectX-5 PF with ``vfs`` SR-IOV VFs, each its own RDMA device. Returns the
     names, PF first."""
     node = SimulatedNode(root)
-    bus = node.pcie_switch("pci0000:5d", "0000:5d:00.0", "0000:5e:00.0", "0000:5f:00.0",
-                           numa_node=numa_node)
-    names = [node.hca("0000:60:00.0", bus=bus, numa_node=numa_node, device=CONNECTX5,
-                      link_layer=link_layer, ifnames=["ens3f0"])]
+    bus = node.pcie_switch(
+        "pci0000:5d", "0000:5d:00.0", "0000:5e:00.0", "0000:5f:00.0", numa_node=numa_node
+    )
+    names = [
+        node.hca(
+            "0000:60:00.0",
+            bus=bus,
+            numa_node=numa_node,
+            device=CONNECTX5,
+            link_layer=link_layer,
+            ifnames=["ens3f0"],
+        )
+    ]
     for vf in range(vfs):
         fn = vf + 2  # VFs start after the PF's functions, as mlx5 lays them out
-        names.append(node.hca(f"0000:60:{fn // 8:02x}.{fn % 8}", bus=bus,
-                              numa_node=numa_node, device=CONNECTX5_VF,
-                              link_layer=link_layer, physfn="0000:60:00.0",
-                              ifnames=[f"ens3f0v{vf}"]))
+        names.append(
+            node.hca(
+                f"0000:60:{fn // 8:02x}.{fn % 8}",
+                bus=bus,
+                numa_node=numa_node,
+                device=CONNECTX5_VF,
+                link_layer=link_layer,
+                physfn="0000:60:00.0",
+                ifnames=[f"ens3f0v{vf}"],
+            )
+        )
     return names
 
 

@@ -1,7 +1,7 @@
 """Topology-aware choice of several exclusive HCAs: one NUMA node, one PCIe switch.
 
 Each HCA has a *locality path*: its NUMA node, then the directories of its resolved
-``/sys/devices`` path down to its parent bridge (``pci0000:17`` → root port → switch
+``/sys/devices`` path down to its parent bridge (``pci0000:4a`` → root port → switch
 upstream port → downstream port). Two HCAs are close when their paths share a long
 prefix: same parent bridge (the two functions of one card, a PF and its VFs), then the
 same switch, then the same root complex, then the same NUMA node.
@@ -64,8 +64,9 @@ def _fill(group: _Group, need: int, must: set[str]) -> list[str]:
         return list(group.ids)
     chosen: list[str] = []
     units = group.units()
-    with_must = sorted((u for u in units if must & set(u.ids)),
-                       key=lambda u: -len(must & set(u.ids)))
+    with_must = sorted(
+        (u for u in units if must & set(u.ids)), key=lambda u: -len(must & set(u.ids))
+    )
     still_needed = set(must)
     for unit in with_must:
         mine = must & set(unit.ids)
@@ -87,8 +88,12 @@ def _fill(group: _Group, need: int, must: set[str]) -> list[str]:
     return chosen
 
 
-def preferred(paths: Mapping[str, tuple[str, ...]], available: Sequence[str],
-              must_include: Sequence[str], size: int) -> list[str]:
+def preferred(
+    paths: Mapping[str, tuple[str, ...]],
+    available: Sequence[str],
+    must_include: Sequence[str],
+    size: int,
+) -> list[str]:
     """``size`` IDs from ``available`` (all of ``must_include``), packed as tightly as
     the locality ``paths`` allow; IDs without a path count as one unknown NUMA node."""
     must = list(dict.fromkeys(must_include))

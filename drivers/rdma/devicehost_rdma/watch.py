@@ -1,9 +1,11 @@
 """Notice port state changes quickly: poll the few sysfs files that decide health.
 
-The kernel sends no event a driver can wait on through sysfs for port state, and these
-files cost microseconds to read, so the watch hook polls them every
-``pollIntervalSeconds`` (default 1 s) and calls ``notify()`` when anything moved: a port's
-state or physical state, an HCA added or removed. The host then re-enumerates at once.
+The kernel offers no event a driver can wait on for port state, and these files cost
+microseconds to read, so the watch hook polls them every ``pollIntervalSeconds``
+(default 1 s). It compares what it reads with what the resource's *last enumeration*
+saw, not with its own previous reading: a link that went down and came back between two
+polls, while the host happened to enumerate in between, would otherwise leave the
+kubelet with a stale Unhealthy until the next full scan.
 """
 
 from __future__ import annotations
@@ -29,22 +31,48 @@ def port_signature(root: Path) -> Signature:
             numbers = []
         rows.append((name,))
         for number in numbers:
-            rows.append((name, number, read_attr(ports / number / "state") or "",
-                         read_attr(ports / number / "phys_state") or ""))
+            rows.append(
+                (
+                    name,
+                    number,
+                    read_attr(ports / number / "state") or "",
+                    read_attr(ports / number / "phys_state") or "",
+                )
+            )
     return tuple(rows)
 
 
-def watch_ports(root: Path, interval: float, notify: Callable[[], None],
-                stop: threading.Event) -> None:
-    """Block until ``stop`` is set, calling ``notify()`` after each change seen.
+class PortWatch:
+    """Per resource, the port signature its last enumeration was based on."""
 
-    It also notifies once right after taking its first reading, so a change between the
-    host's last enumeration and that reading is not missed until the next scan.
-    """
-    seen = port_signature(root)
-    notify()
-    while not stop.wait(interval):
-        now = port_signature(root)
-        if now != seen:
-            seen = now
-            notify()
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._lock = threading.Lock()
+        self._enumerated: dict[str, Signature] = {}
+
+    def enumerating(self, resource: str) -> None:
+        """Record the ports as an enumeration of ``resource`` starts.
+
+        Read *before* the enumeration reads sysfs: a change landing in between then shows
+        as a difference, costing one extra enumeration instead of a missed change.
+        """
+        signature = port_signature(self.root)
+        with self._lock:
+            self._enumerated[resource] = signature
+
+    def stale(self, resource: str) -> bool:
+        """True when the ports differ from what ``resource`` was last enumerated from."""
+        now = port_signature(self.root)
+        with self._lock:
+            return self._enumerated.get(resource) != now
+
+    def run(
+        self, resource: str, interval: float, notify: Callable[[], None], stop: threading.Event
+    ) -> None:
+        """Block until ``stop`` is set; each poll that finds ``resource`` stale calls
+        ``notify()`` (again at the next poll, until the host has re-enumerated)."""
+        while True:
+            if self.stale(resource):
+                notify()
+            if stop.wait(interval):
+                return

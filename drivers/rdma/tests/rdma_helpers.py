@@ -1,5 +1,4 @@
-"""Helpers shared by the rdma driver's tests (a unique module name: no conftest clashes
-with other drivers' test directories)."""
+"""Helpers shared by the rdma driver's tests (fixtures live in conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,18 +6,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from devicehost_rdma.driver import RdmaDriver
+
 from devicehost import Device
 from devicehost.testing import FakeRoot
-
-from devicehost_rdma.driver import RdmaDriver
 
 IB_PFS = ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5"]
 IB_HCAS = [*IB_PFS, "mlx5_8", "mlx5_9"]
 ROCE_HCAS = ["mlx5_6", "mlx5_7"]
 
 
-def configured(root: FakeRoot | Path, config: Mapping[str, Any] | None = None, *,
-               simulated: bool = False) -> RdmaDriver:
+def configured(
+    root: FakeRoot | Path, config: Mapping[str, Any] | None = None, *, simulated: bool = False
+) -> RdmaDriver:
     """A driver configured on ``root``, as the host would configure it."""
     driver = RdmaDriver()
     path = root.path if isinstance(root, FakeRoot) else root
@@ -42,8 +42,7 @@ def exclusive_pool(name: str = "rdma/hca", **selectors: Any) -> dict[str, Any]:
     return pool
 
 
-def shared_pool(name: str = "rdma/hca_shared", slots: int = 4, **selectors: Any
-                ) -> dict[str, Any]:
+def shared_pool(name: str = "rdma/hca_shared", slots: int = 4, **selectors: Any) -> dict[str, Any]:
     pool: dict[str, Any] = {"resourceName": name, "mode": "shared", "slots": slots}
     if selectors:
         pool["selectors"] = selectors

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from devicehost import ConfigError
-from devicehost.testing import FakeRoot
-
 from devicehost_rdma.config import DEFAULT_POOLS, Mode, Selectors, parse_config
 from devicehost_rdma.simulated import two_port_hca
+
+from devicehost import ConfigError
+from devicehost.testing import FakeRoot
 
 
 def test_defaults_without_config() -> None:
@@ -18,27 +18,49 @@ def test_defaults_without_config() -> None:
     assert config.pools == DEFAULT_POOLS
     assert [(p.resource_name, p.mode, p.slots, p.selectors.link_types) for p in config.pools] == [
         ("rdma/hca", Mode.EXCLUSIVE, 0, ("infiniband",)),
-        ("rdma/hca_shared", Mode.SHARED, 100, ("ethernet",))]
+        ("rdma/hca_shared", Mode.SHARED, 100, ("ethernet",)),
+    ]
     assert (config.poll_interval, config.cdi.enabled) == (1.0, False)
 
 
 def test_full_config_is_parsed_and_normalised() -> None:
     """IDs lose 0x and case, link type aliases and short PCI addresses are normalised."""
-    config = parse_config({
-        "pollIntervalSeconds": 0.5,
-        "cdi": {"enabled": True, "dir": "/etc/cdi", "kind": "example.com/rdma"},
-        "pools": [{"resourceName": "rdma/hca_shared_devices_a", "mode": "shared", "slots": 8,
-                   "selectors": {"vendors": ["0x15B3"], "deviceIDs": ["1017", "0x101B"],
-                                 "drivers": ["mlx5_core"], "ifNames": ["ib0"],
-                                 "linkTypes": ["ether", "IB"],
-                                 "pciAddresses": ["3D:00.1"], "functionTypes": ["VF"]}}],
-    })
+    config = parse_config(
+        {
+            "pollIntervalSeconds": 0.5,
+            "cdi": {"enabled": True, "dir": "/etc/cdi", "kind": "example.com/rdma"},
+            "pools": [
+                {
+                    "resourceName": "rdma/hca_shared_devices_a",
+                    "mode": "shared",
+                    "slots": 8,
+                    "selectors": {
+                        "vendors": ["0x15B3"],
+                        "deviceIDs": ["1017", "0x101B"],
+                        "drivers": ["mlx5_core"],
+                        "ifNames": ["ib0"],
+                        "linkTypes": ["ether", "IB"],
+                        "pciAddresses": ["3D:00.1"],
+                        "functionTypes": ["VF"],
+                    },
+                }
+            ],
+        }
+    )
     assert config.pools[0].selectors == Selectors(
-        vendors=("15b3",), device_ids=("1017", "101b"), drivers=("mlx5_core",),
-        if_names=("ib0",), link_types=("ethernet", "infiniband"),
-        pci_addresses=("0000:3d:00.1",), function_types=("vf",))
+        vendors=("15b3",),
+        device_ids=("1017", "101b"),
+        drivers=("mlx5_core",),
+        if_names=("ib0",),
+        link_types=("ethernet", "infiniband"),
+        pci_addresses=("0000:3d:00.1",),
+        function_types=("vf",),
+    )
     assert (config.poll_interval, config.cdi.dir, config.cdi.kind) == (
-        0.5, "/etc/cdi", "example.com/rdma")
+        0.5,
+        "/etc/cdi",
+        "example.com/rdma",
+    )
 
 
 def test_shared_pool_slots_default_to_100() -> None:
@@ -55,50 +77,85 @@ def test_empty_pool_list_serves_nothing() -> None:
 POOL = {"resourceName": "rdma/x", "mode": "exclusive"}
 
 
-@pytest.mark.parametrize(("config", "message"), [
-    ({"pool": []}, "pool: unknown key; expected one of pools, pollIntervalSeconds, cdi"),
-    ({"pools": {"a": 1}}, "pools: expected a list of pools, got {'a': 1}"),
-    ({"pools": [{"mode": "shared"}]},
-     "pools[0].resourceName: required (e.g. rdma/hca_shared_devices_a)"),
-    ({"pools": [{"resourceName": "hca", "mode": "shared"}]},
-     "pools[0].resourceName: resource name 'hca' is not of the form 'domain/name'"),
-    ({"pools": [{"resourceName": "rdma/x", "mode": "dedicated"}]},
-     "pools[0].mode: expected one of shared, exclusive, got 'dedicated'"),
-    ({"pools": [{**POOL, "slots": 4}]},
-     "pools[0].slots: only a shared pool has slots; an exclusive pool advertises one device "
-     "per HCA"),
-    ({"pools": [{"resourceName": "rdma/x", "mode": "shared", "slots": 0}]},
-     "pools[0].slots: expected an integer from 1 to 1000, got 0"),
-    ({"pools": [{"resourceName": "rdma/x", "mode": "shared", "slots": True}]},
-     "pools[0].slots: expected an integer from 1 to 1000, got True"),
-    ({"pools": [{**POOL, "selectors": {"vendor": ["15b3"]}}]},
-     "pools[0].selectors.vendor: unknown key; expected one of vendors, deviceIDs, drivers, "
-     "ifNames, linkTypes, pciAddresses, functionTypes"),
-    ({"pools": [{**POOL, "selectors": {"vendors": ["15b3", "mellanox"]}}]},
-     "pools[0].selectors.vendors[1]: expected a hex ID such as 15b3 or 0x15b3, "
-     "got 'mellanox'"),
-    ({"pools": [{**POOL, "selectors": {"vendors": "15b3"}}]},
-     "pools[0].selectors.vendors: expected a non-empty list, got '15b3'"),
-    ({"pools": [{**POOL, "selectors": {"ifNames": []}}]},
-     "pools[0].selectors.ifNames: expected a non-empty list, got []"),
-    ({"pools": [{**POOL, "selectors": {"linkTypes": ["iwarp"]}}]},
-     "pools[0].selectors.linkTypes[0]: expected one of InfiniBand, Ethernet (or ib, ether, "
-     "eth, roce), got 'iwarp'"),
-    ({"pools": [{**POOL, "selectors": {"pciAddresses": ["3b:00"]}}]},
-     "pools[0].selectors.pciAddresses[0]: expected a PCI address such as 0000:3b:00.0, "
-     "got '3b:00'"),
-    ({"pools": [{**POOL, "selectors": {"functionTypes": ["sf"]}}]},
-     "pools[0].selectors.functionTypes[0]: expected one of pf, vf, got 'sf'"),
-    ({"pools": [POOL, POOL]},
-     "pools[1].resourceName: 'rdma/x' is used by an earlier pool; each pool needs its own "
-     "resource name"),
-    ({"pollIntervalSeconds": 0},
-     "pollIntervalSeconds: expected a number of seconds above 0, at most 60, got 0"),
-    ({"cdi": {"enabled": "yes"}}, "cdi.enabled: expected true or false, got 'yes'"),
-    ({"cdi": {"dir": "cdi"}}, "cdi.dir: expected an absolute path, got 'cdi'"),
-    ({"cdi": {"kind": "rdma"}}, "cdi.kind: expected a CDI kind such as vendor.com/class, "
-     "got 'rdma'"),
-])
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"pool": []}, "pool: unknown key; expected one of pools, pollIntervalSeconds, cdi"),
+        ({"pools": {"a": 1}}, "pools: expected a list of pools, got {'a': 1}"),
+        (
+            {"pools": [{"mode": "shared"}]},
+            "pools[0].resourceName: required (e.g. rdma/hca_shared_devices_a)",
+        ),
+        (
+            {"pools": [{"resourceName": "hca", "mode": "shared"}]},
+            "pools[0].resourceName: resource name 'hca' is not of the form 'domain/name'",
+        ),
+        (
+            {"pools": [{"resourceName": "rdma/x", "mode": "dedicated"}]},
+            "pools[0].mode: expected one of shared, exclusive, got 'dedicated'",
+        ),
+        (
+            {"pools": [{**POOL, "slots": 4}]},
+            "pools[0].slots: only a shared pool has slots; an exclusive pool advertises one device "
+            "per HCA",
+        ),
+        (
+            {"pools": [{"resourceName": "rdma/x", "mode": "shared", "slots": 0}]},
+            "pools[0].slots: expected an integer from 1 to 1000, got 0",
+        ),
+        (
+            {"pools": [{"resourceName": "rdma/x", "mode": "shared", "slots": True}]},
+            "pools[0].slots: expected an integer from 1 to 1000, got True",
+        ),
+        (
+            {"pools": [{**POOL, "selectors": {"vendor": ["15b3"]}}]},
+            "pools[0].selectors.vendor: unknown key; expected one of vendors, deviceIDs, drivers, "
+            "ifNames, linkTypes, pciAddresses, functionTypes",
+        ),
+        (
+            {"pools": [{**POOL, "selectors": {"vendors": ["15b3", "mellanox"]}}]},
+            "pools[0].selectors.vendors[1]: expected a hex ID such as 15b3 or 0x15b3, "
+            "got 'mellanox'",
+        ),
+        (
+            {"pools": [{**POOL, "selectors": {"vendors": "15b3"}}]},
+            "pools[0].selectors.vendors: expected a non-empty list, got '15b3'",
+        ),
+        (
+            {"pools": [{**POOL, "selectors": {"ifNames": []}}]},
+            "pools[0].selectors.ifNames: expected a non-empty list, got []",
+        ),
+        (
+            {"pools": [{**POOL, "selectors": {"linkTypes": ["iwarp"]}}]},
+            "pools[0].selectors.linkTypes[0]: expected one of InfiniBand, Ethernet (or ib, ether, "
+            "eth, roce), got 'iwarp'",
+        ),
+        (
+            {"pools": [{**POOL, "selectors": {"pciAddresses": ["3b:00"]}}]},
+            "pools[0].selectors.pciAddresses[0]: expected a PCI address such as 0000:3b:00.0, "
+            "got '3b:00'",
+        ),
+        (
+            {"pools": [{**POOL, "selectors": {"functionTypes": ["sf"]}}]},
+            "pools[0].selectors.functionTypes[0]: expected one of pf, vf, got 'sf'",
+        ),
+        (
+            {"pools": [POOL, POOL]},
+            "pools[1].resourceName: 'rdma/x' is used by an earlier pool; each pool needs its own "
+            "resource name",
+        ),
+        (
+            {"pollIntervalSeconds": 0},
+            "pollIntervalSeconds: expected a number of seconds above 0, at most 60, got 0",
+        ),
+        ({"cdi": {"enabled": "yes"}}, "cdi.enabled: expected true or false, got 'yes'"),
+        ({"cdi": {"dir": "cdi"}}, "cdi.dir: expected an absolute path, got 'cdi'"),
+        (
+            {"cdi": {"kind": "rdma"}},
+            "cdi.kind: expected a CDI kind such as vendor.com/class, got 'rdma'",
+        ),
+    ],
+)
 def test_bad_config_names_the_key(config: dict[str, Any], message: str) -> None:
     """Each bad value raises ValueError with the key path and what was expected."""
     with pytest.raises(ValueError) as caught:
@@ -110,7 +167,9 @@ def test_bad_config_stops_the_host_with_a_config_error(fake_root: FakeRoot, run_
     """Through the host, a bad rdma section is a ConfigError under drivers.rdma."""
     two_port_hca(fake_root)
     with pytest.raises(ConfigError) as caught:
-        run_host(enabled_drivers=("rdma",),
-                 drivers={"rdma": {"pools": [{"resourceName": "rdma/x", "mode": "x"}]}})
+        run_host(
+            enabled_drivers=("rdma",),
+            drivers={"rdma": {"pools": [{"resourceName": "rdma/x", "mode": "x"}]}},
+        )
     assert "drivers.rdma" in str(caught.value)
     assert "pools[0].mode: expected one of shared, exclusive, got 'x'" in str(caught.value)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from devicehost.testing import FakeRoot
+from devicehost_rdma.simulated import SimulatedNode, set_link, two_port_hca
 from rdma_helpers import configured, exclusive_pool, health, listed, shared_pool
 
-from devicehost_rdma.simulated import SimulatedNode, eight_hca_node, set_link, two_port_hca
+from devicehost.testing import FakeRoot
 
 PORT = "/sys/class/infiniband/{}/ports/{}/{}"
 
@@ -51,16 +51,22 @@ def test_pool_judges_mixed_hca_by_the_ports_of_its_link_type(fake_root: FakeRoot
     SimulatedNode(fake_root).hca("0000:05:00.0", ports=2)
     fake_root.write(PORT.format("mlx5_0", 2, "link_layer"), "Ethernet")
     set_link(fake_root.path, "mlx5_0", up=False, port=1)
-    driver = configured(fake_root, {"pools": [exclusive_pool("rdma/ib", linkTypes=["ib"]),
-                                              exclusive_pool("rdma/eth", linkTypes=["eth"])]})
+    driver = configured(
+        fake_root,
+        {
+            "pools": [
+                exclusive_pool("rdma/ib", linkTypes=["ib"]),
+                exclusive_pool("rdma/eth", linkTypes=["eth"]),
+            ]
+        },
+    )
     assert health(driver, "rdma/ib") == {"mlx5_0": "Unhealthy"}
     assert health(driver, "rdma/eth") == {"mlx5_0": "Healthy"}
 
 
-def test_exclusive_device_carries_its_numa_node(fake_root: FakeRoot) -> None:
+def test_exclusive_device_carries_its_numa_node(eight_hca_root: FakeRoot) -> None:
     """Each exclusive device reports the NUMA node of its PCI function."""
-    eight_hca_node(fake_root)
-    driver = configured(fake_root)
+    driver = configured(eight_hca_root)
     numa = {i: d.numa_nodes for i, d in listed(driver, "rdma/hca").items()}
     assert numa["mlx5_0"] == (0,)
     assert numa["mlx5_9"] == (1,)
@@ -79,10 +85,9 @@ def test_shared_slots_healthy_while_any_pool_hca_is(fake_root: FakeRoot) -> None
     assert set(health(driver, "rdma/hca_shared").values()) == {"Healthy"}
 
 
-def test_shared_slots_span_the_numa_nodes_of_the_pool(fake_root: FakeRoot) -> None:
+def test_shared_slots_span_the_numa_nodes_of_the_pool(eight_hca_root: FakeRoot) -> None:
     """A slot gives every HCA of the pool, so it is local to all their NUMA nodes."""
-    eight_hca_node(fake_root)
-    driver = configured(fake_root, {"pools": [shared_pool(slots=2, functionTypes=["pf"])]})
+    driver = configured(eight_hca_root, {"pools": [shared_pool(slots=2, functionTypes=["pf"])]})
     assert {d.numa_nodes for d in listed(driver, "rdma/hca_shared").values()} == {(0, 1)}
 
 

@@ -4,29 +4,31 @@ from __future__ import annotations
 
 import threading
 
-from devicehost.testing import FakeRoot
-from rdma_helpers import configured, exclusive_pool
-
 from devicehost_rdma.simulated import set_link, two_port_hca
 from devicehost_rdma.watch import port_signature
+from rdma_helpers import configured, exclusive_pool
+
+from devicehost.testing import FakeRoot
 
 
 class _Watch:
     """The driver's watch hook running in a thread, as the host runs it."""
 
     def __init__(self, fake_root: FakeRoot) -> None:
-        self.driver = configured(fake_root, {"pools": [exclusive_pool()],
-                                             "pollIntervalSeconds": 0.05})
+        self.driver = configured(
+            fake_root, {"pools": [exclusive_pool()], "pollIntervalSeconds": 0.05}
+        )
         self.stop = threading.Event()
         self.changed = threading.Event()
-        self.thread = threading.Thread(target=self.driver.devicehost_watch, kwargs={
-            "resource": "rdma/hca", "notify": self.changed.set, "stop": self.stop})
+        self.thread = threading.Thread(
+            target=self.driver.devicehost_watch,
+            kwargs={"resource": "rdma/hca", "notify": self.changed.set, "stop": self.stop},
+        )
 
     def __enter__(self) -> _Watch:
-        """Start, and return once the watch has taken its first reading (it notifies)."""
+        """Enumerate (as the host does before starting watches), then start the watch."""
+        self.driver.devicehost_enumerate(resource="rdma/hca")
         self.thread.start()
-        assert self.changed.wait(5)
-        self.changed.clear()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -68,10 +70,15 @@ def test_removed_hca_notifies(fake_root: FakeRoot) -> None:
         assert watch.changed.wait(5)
 
 
-def test_watch_notifies_once_after_its_first_reading(fake_root: FakeRoot) -> None:
-    """Starting, the watch notifies once, covering changes made before it looked."""
+def test_change_seen_by_an_enumeration_and_reverted_is_still_reported(fake_root: FakeRoot) -> None:
+    """Down then up between two polls, with the host enumerating the down state in
+    between: the watch still notifies, because it compares with that enumeration."""
     two_port_hca(fake_root)
     watch = _Watch(fake_root)
+    watch.driver.devicehost_enumerate(resource="rdma/hca")
+    set_link(fake_root.path, "mlx5_0", up=False)
+    watch.driver.devicehost_enumerate(resource="rdma/hca")  # the host saw it down
+    set_link(fake_root.path, "mlx5_0", up=True)
     watch.thread.start()
     try:
         assert watch.changed.wait(5)
