@@ -2,12 +2,14 @@
 
 What a driver needs is here: ``hookimpl`` to mark hook functions, the model it returns
 (``ResourceSpec``, ``Device``, ``Health``, ``Allocation``, ``Mount``, ``DeviceNode``) and the
-exceptions it raises (``DriverUnavailable``, ``UnknownDevice``). Everything else is the
+exceptions it raises (``DriverUnavailable``, ``UnknownDevice``), and ``natural_key`` to order
+device names as people do (``gpu-2`` before ``gpu-10``). Everything else is the
 host's business. The testing kit is ``devicehost.testing``.
 """
 
 from importlib_metadata import PackageNotFoundError, version
 
+from devicehost.allocator import natural_key
 from devicehost.errors import (
     ConfigError,
     DevicehostError,
@@ -39,4 +41,5 @@ __all__ = [
     "UnknownDevice",
     "__version__",
     "hookimpl",
+    "natural_key",
 ]

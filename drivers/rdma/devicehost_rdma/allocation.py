@@ -17,12 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from devicehost import Allocation, DeviceNode
+from devicehost import Allocation, DeviceNode, natural_key
 from devicehost.cdi import cdi_name
 from devicehost_rdma.config import CdiSettings
 from devicehost_rdma.discovery import DEV_DIR, RDMA_CM, DevNodes
 from devicehost_rdma.hca import Hca
-from devicehost_rdma.naming import natural_key
 
 #: Comma-separated RDMA device names the container was given (for NCCL_IB_HCA, UCX_NET_DEVICES…).
 RDMA_DEVICES_ENV = "RDMA_DEVICES"

@@ -23,9 +23,9 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from devicehost import natural_key
 from devicehost.sysfs import pci_path, read_attr, read_int
 from devicehost_rdma.hca import Hca, Port
-from devicehost_rdma.naming import natural_key
 
 INFINIBAND_CLASS = "sys/class/infiniband"
 VERBS_CLASS = "sys/class/infiniband_verbs"
@@ -71,7 +71,7 @@ def ibdev_names(root: Path) -> list[str]:
     return [p.name for p in _entries(root / INFINIBAND_CLASS)]
 
 
-def _char_device_key(name: str) -> tuple[int, tuple[tuple[int, int | str], ...]]:
+def _char_device_key(name: str) -> tuple[int, tuple[object, ...]]:
     prefix = name.rstrip("0123456789")
     rank = _CHAR_DEVICE_ORDER.index(prefix) if prefix in _CHAR_DEVICE_ORDER else 99
     return rank, natural_key(name)

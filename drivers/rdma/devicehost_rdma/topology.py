@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from devicehost import natural_key
 from devicehost_rdma.hca import Hca
-from devicehost_rdma.naming import natural_key
 
 UNKNOWN_NUMA = "numa-unknown"
 
