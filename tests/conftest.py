@@ -43,17 +43,3 @@ def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Install:
         write_distribution(site, dist, groups)
 
     return add
-
-
-SCRIPTED = "testdrivers.scripted:Scripted"
-
-
-def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> None:
-    """Wait until ``predicate()`` is true (for state that settles just after an event)."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"condition not met within {timeout} s")
-        time.sleep(0.01)

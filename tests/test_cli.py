@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import SCRIPTED
 from devicehost.testing import write_distribution
+from support import SCRIPTED
 
 
 def devicehost(*args: str, site: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -8,10 +8,10 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from conftest import SCRIPTED, eventually
 from devicehost import Device
 from devicehost.errors import ConfigError
 from devicehost.plugins import DriverStatus
+from support import SCRIPTED, eventually
 
 RES = "test.example/dev"
 

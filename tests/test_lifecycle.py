@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from conftest import SCRIPTED, eventually
 from devicehost.testing import HostThread, KubeletStandIn, write_distribution
+from support import SCRIPTED, eventually
 
 RES = "test.example/dev"
 SOCKET = "devicehost-test.example_dev.sock"
@@ -186,7 +186,7 @@ def test_stop_ends_streams_removes_sockets_and_shuts_drivers_down(install, run_h
     kubelet.wait_registered(RES)
     driver = host.host.resources[RES].driver.plugin
     host.stop()
-    kubelet._wait(lambda: kubelet.endpoints[RES].stream.done(), 5, "stream end")
+    kubelet.wait_until(lambda: kubelet.endpoints[RES].stream.done(), 5, "stream end")
     assert kubelet.endpoints[RES].stream_error is None
     assert not (kubelet.plugin_dir / SOCKET).exists()
     assert ("devicehost_shutdown", {}) in driver.calls

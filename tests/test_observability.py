@@ -13,13 +13,13 @@ import grpc
 import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from conftest import SCRIPTED, eventually
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from devicehost.logs import setup_logging
 from devicehost.testing import OtlpReceiver, PodResourcesStandIn
 from devicehost.testing.otlp import attributes
 from devicehost.tracing import Tracing
+from support import SCRIPTED, eventually
 
 RES = "test.example/dev"
 ALLOCATE = "v1beta1.DevicePlugin/Allocate"
@@ -39,9 +39,13 @@ def traced(install, run_host, kubelet, receiver, plugin_dir):
     def start(section=None, target=SCRIPTED, **overrides):
         install("devicehost-alpha", drivers={"alpha": target})
         overrides.setdefault("pod_resources_socket", plugin_dir / "pod-resources.sock")
-        host = run_host(enabled_drivers=("alpha",), otlp_endpoint=receiver.endpoint,
-                        node_name="node-a",
-                        drivers={"alpha": section or {"resources": {RES: 4}}}, **overrides)
+        host = run_host(
+            enabled_drivers=("alpha",),
+            otlp_endpoint=receiver.endpoint,
+            node_name="node-a",
+            drivers={"alpha": section or {"resources": {RES: 4}}},
+            **overrides,
+        )
         kubelet.wait_registered(RES)
         kubelet.wait_devices(RES, lambda d: len(d) > 0)
         return host
@@ -77,9 +81,13 @@ def test_driver_hook_is_a_child_span_per_container(traced, kubelet, receiver):
     hooks = receiver.named("devicehost_allocate")
     assert {h.parent_span_id for h in hooks} == {parent.span_id}
     assert {h.trace_id for h in hooks} == {parent.trace_id}
-    assert sorted((attributes(h)["devicehost.container.index"],
-                   attributes(h)["devicehost.device_ids.requested"]) for h in hooks) == [
-        (0, ["dev-0"]), (1, ["dev-3"])]
+    assert sorted(
+        (
+            attributes(h)["devicehost.container.index"],
+            attributes(h)["devicehost.device_ids.requested"],
+        )
+        for h in hooks
+    ) == [(0, ["dev-0"]), (1, ["dev-3"])]
 
 
 def test_refused_request_has_error_status_and_grpc_code(traced, kubelet, receiver):
@@ -112,9 +120,11 @@ def test_incoming_traceparent_is_honoured(traced, kubelet, receiver):
     socket = kubelet.plugin_dir / "devicehost-test.example_dev.sock"
     with grpc.insecure_channel(f"unix://{socket}") as channel:
         pb_grpc.DevicePluginStub(channel).Allocate(
-            pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(
-                devices_ids=["dev-0"])]),
-            metadata=[("traceparent", f"00-{trace_id}-{parent_id}-01")])
+            pb.AllocateRequest(
+                container_requests=[pb.ContainerAllocateRequest(devices_ids=["dev-0"])]
+            ),
+            metadata=[("traceparent", f"00-{trace_id}-{parent_id}-01")],
+        )
     span = receiver.wait_for_span(ALLOCATE)
     assert span.trace_id.hex() == trace_id
     assert span.parent_span_id.hex() == parent_id
@@ -143,14 +153,18 @@ def test_pod_identity_arrives_on_a_follow_up_span(traced, kubelet, receiver, plu
         identity = receiver.wait_for_span("devicehost/PodIdentity")
     attrs = attributes(identity)
     assert (attrs["k8s.pod.name"], attrs["k8s.namespace.name"], attrs["k8s.container.name"]) == (
-        "web-0", "shop", "main")
+        "web-0",
+        "shop",
+        "main",
+    )
     assert identity.trace_id == allocate.trace_id
     assert identity.parent_span_id == allocate.span_id
     assert [link.span_id for link in identity.links] == [allocate.span_id]
 
 
 def test_pod_identity_on_pre_start_span_when_driver_requires_pre_start(
-        traced, kubelet, receiver, plugin_dir):
+    traced, kubelet, receiver, plugin_dir
+):
     """With pre-start required, the PreStartContainer span itself carries the pod."""
     with PodResourcesStandIn(plugin_dir / "pod-resources.sock") as pods:
         pods.assign("ml", "train-1", "worker", RES, ["dev-1"])
@@ -163,15 +177,18 @@ def test_pod_identity_on_pre_start_span_when_driver_requires_pre_start(
     assert receiver.named("devicehost/PodIdentity") == []
 
 
-def test_missing_pod_resources_socket_leaves_allocate_working(traced, kubelet, receiver,
-                                                              caplog):
+def test_missing_pod_resources_socket_leaves_allocate_working(traced, kubelet, receiver, caplog):
     """Without the PodResources socket, Allocate succeeds and one log line says why."""
     caplog.set_level(logging.INFO, logger="devicehost")
     traced()
     assert kubelet.allocate(RES, [["dev-0"]]).container_responses
     receiver.wait_for_span(ALLOCATE)
-    eventually(lambda: any("PodResources socket" in r.getMessage() and "absent" in
-                           r.getMessage() for r in caplog.records))
+    eventually(
+        lambda: any(
+            "PodResources socket" in r.getMessage() and "absent" in r.getMessage()
+            for r in caplog.records
+        )
+    )
     assert receiver.named("devicehost/PodIdentity") == []
 
 
@@ -218,8 +235,11 @@ def sample(text, name, **labels):
 def metered(install, run_host, kubelet):
     def start(section=None):
         install("devicehost-alpha", drivers={"alpha": SCRIPTED})
-        host = run_host(enabled_drivers=("alpha",), metrics_address="127.0.0.1:0",
-                        drivers={"alpha": section or {"resources": {RES: 3}}})
+        host = run_host(
+            enabled_drivers=("alpha",),
+            metrics_address="127.0.0.1:0",
+            drivers={"alpha": section or {"resources": {RES: 3}}},
+        )
         kubelet.wait_registered(RES)
         kubelet.wait_devices(RES, lambda d: len(d) == 3)
         return host
@@ -236,12 +256,14 @@ def test_metrics_move_with_allocations(metered, kubelet):
         kubelet.allocate(RES, [["missing"]])
     _, text = scrape(host)
     assert sample(text, "devicehost_allocations_total", resource=RES, result="ok") == 2
-    assert sample(text, "devicehost_allocations_total", resource=RES,
-                  result="invalid_argument") == 1
+    assert (
+        sample(text, "devicehost_allocations_total", resource=RES, result="invalid_argument") == 1
+    )
     assert sample(text, "devicehost_allocate_duration_seconds_count", resource=RES) == 3
     assert sample(text, "devicehost_registrations_total", resource=RES, result="ok") == 1
-    assert sample(text, "devicehost_driver_info", driver="alpha", version="1.0",
-                  status="active") == 1
+    assert (
+        sample(text, "devicehost_driver_info", driver="alpha", version="1.0", status="active") == 1
+    )
 
 
 def test_devices_gauge_follows_health(metered, kubelet):
@@ -263,8 +285,10 @@ def test_driver_errors_and_kubelet_restarts_are_counted(metered, kubelet):
     kubelet.restart()
     kubelet.wait_registered(RES, count=2)
     _, text = scrape(host)
-    assert sample(text, "devicehost_driver_errors_total", driver="alpha",
-                  hook="devicehost_allocate") == 1
+    assert (
+        sample(text, "devicehost_driver_errors_total", driver="alpha", hook="devicehost_allocate")
+        == 1
+    )
     assert sample(text, "devicehost_kubelet_restarts_total") >= 1
 
 
@@ -299,3 +323,25 @@ def test_json_logs_carry_trace_and_span_ids(capsys):
     assert inside["trace_id"] == format(span.get_span_context().trace_id, "032x")
     assert inside["span_id"] == format(span.get_span_context().span_id, "016x")
     assert "trace_id" not in outside
+
+
+def test_shutdown_drops_spans_an_unreachable_collector_cannot_take(caplog):
+    """Stopping with a collector that refuses connections gives up on the buffered spans
+    (with a log line) instead of retrying past the pod's grace period."""
+    caplog.set_level(logging.WARNING, logger="devicehost")
+    tracing = Tracing.from_config("http://127.0.0.1:9", "node", "1.0")
+    with tracing.child_span("pending"):
+        pass
+    tracing.shutdown(flush_seconds=0.5)
+    assert any("did not take the last spans" in r.getMessage() for r in caplog.records)
+
+
+def test_shutdown_delivers_buffered_spans():
+    """Spans still buffered at shutdown (the batch delay is 5 s) reach the collector."""
+    with OtlpReceiver() as receiver:
+        tracing = Tracing.from_config(receiver.endpoint, "node", "1.0")
+        with tracing.child_span("last words"):
+            pass
+        assert receiver.named("last words") == []
+        tracing.shutdown()
+        assert len(receiver.named("last words")) == 1

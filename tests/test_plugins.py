@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from conftest import SCRIPTED
 from devicehost.plugins import DriverStatus, load_plugins
+from support import SCRIPTED
 
 RES = "test.example/dev"
 

@@ -9,10 +9,10 @@ import stat
 import grpc
 import pytest
 
-from conftest import SCRIPTED
 from devicehost import Device, Health
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from support import SCRIPTED
 
 RES = "test.example/dev"
 

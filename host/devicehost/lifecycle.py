@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 SHUTDOWN_HOOK_SECONDS = 2.0
 STREAM_GRACE_SECONDS = 0.05
 SERVE_RETRY_SECONDS = 1.0
+STOP_TASKS_SECONDS = 3.0
 START_WAIT_SECONDS = 5.0
 
 
@@ -264,7 +265,9 @@ class Host:
         await self.prepare()
         await self._start_status_server()
         self.watcher.start(self.use_inotify)
-        self._tasks.append(asyncio.create_task(self._count_kubelet_restarts()))
+        self._tasks.append(
+            asyncio.create_task(self._count_kubelet_restarts(), name="kubelet-restarts")
+        )
         for resource in self.resources.values():
             resource.runner = ResourceRunner(self, resource.spec, resource.servicer)
             self._tasks.append(
@@ -435,7 +438,14 @@ class Host:
             scanner.stop()
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks:
+            _, stuck = await asyncio.wait(self._tasks, timeout=STOP_TASKS_SECONDS)
+            for task in stuck:
+                log.warning(
+                    "stopping: %s did not finish within %.0f s; left behind",
+                    task.get_name(),
+                    STOP_TASKS_SECONDS,
+                )
         self.watcher.close()
         if self.plugins:
             await asyncio.gather(*(self._shutdown_driver(d) for d in self.plugins.drivers))

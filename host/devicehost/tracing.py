@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # the SDK is imported only when tracing is on: start-up stays
 log = logging.getLogger(__name__)
 
 INSTRUMENTATION = "devicehost"
+FLUSH_SECONDS = 2.0
 
 # Attribute names (documented in docs/observability.md).
 RESOURCE = "devicehost.resource"
@@ -77,8 +79,14 @@ def otlp_exporter(endpoint: str, env: Mapping[str, str] | None = None) -> SpanEx
 class Tracing:
     """The host's tracer and the helpers that give every span the same shape."""
 
-    def __init__(self, provider: TracerProvider | None, node_name: str = "") -> None:
+    def __init__(
+        self,
+        provider: TracerProvider | None,
+        node_name: str = "",
+        exporter: SpanExporter | None = None,
+    ) -> None:
         self.provider = provider
+        self.exporter = exporter
         self.node_name = node_name
         self.tracer = provider.get_tracer(INSTRUMENTATION) if provider else trace.NoOpTracer()
         self.enabled = provider is not None
@@ -101,14 +109,33 @@ class Tracing:
         if node_name:
             attributes[NODE] = node_name
         provider = TracerProvider(resource=Resource.create(attributes))
-        provider.add_span_processor(BatchSpanProcessor(exporter or otlp_exporter(endpoint)))
+        exporter = exporter or otlp_exporter(endpoint)
+        provider.add_span_processor(BatchSpanProcessor(exporter))
         log.info("tracing to %s", endpoint or type(exporter).__name__)
-        return cls(provider, node_name)
+        return cls(provider, node_name, exporter)
 
-    def shutdown(self) -> None:
-        """Flush what is buffered and stop the exporter thread."""
-        if self.provider is not None:
-            self.provider.shutdown()
+    def shutdown(self, flush_seconds: float = FLUSH_SECONDS) -> None:
+        """Send what is buffered, for at most ``flush_seconds``, then stop exporting.
+
+        The exporter is shut down before the processor so that an unreachable collector's
+        retries end at once: a pod must stop within its grace period, spans or not.
+        """
+        if self.provider is None:
+            return
+        # force_flush's own timeout does not cover the exporter's retries: bound it here.
+        flusher = threading.Thread(
+            target=self.provider.force_flush, daemon=True, name="span-flush"
+        )
+        flusher.start()
+        flusher.join(flush_seconds)
+        if flusher.is_alive():
+            log.warning(
+                "tracing: the collector did not take the last spans within %.0f s; they are "
+                "dropped", flush_seconds,
+            )
+        if self.exporter is not None:
+            self.exporter.shutdown()
+        self.provider.shutdown()
 
     @contextmanager
     def rpc_span(

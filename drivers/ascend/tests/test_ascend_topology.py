@@ -95,7 +95,8 @@ def test_other_resources_use_the_host_default(fake_root: FakeRoot) -> None:
     """310P chips and vNPUs have no HCCS groups: None lets the host pack by NUMA."""
     node = open_simulated(fake_root, SimulatedDcmi.preset("mixed"))
     assert node.preferred("huawei.com/Ascend310P", ["Ascend310P-4", "Ascend310P-5"], [], 1) is None
-    vnpus = open_simulated(fake_root, SimulatedDcmi.preset("ascend910x8-vnpu"))
+    other_node = FakeRoot(fake_root.path.parent / "vnpu-node")
+    vnpus = open_simulated(other_node, SimulatedDcmi.preset("ascend910x8-vnpu"))
     ids = [d.id for d in vnpus.enumerate("huawei.com/Ascend910-4c")]
     assert vnpus.preferred("huawei.com/Ascend910-4c", ids, [], 2) is None
 

@@ -80,6 +80,14 @@ class FakeRoot:
         """A PCI function: ``/sys/devices/<bus>/<address>`` with its attributes and the
         ``/sys/bus/pci/devices/<address>`` link. Returns the device's root-relative path."""
         rel = f"/sys/devices/{bus}/{address}"
+        existing = self.at(f"/sys/bus/pci/devices/{address}")
+        if existing.exists():
+            ids = [(existing / name).read_text().strip() for name in ("vendor", "device")]
+            if ids != [vendor, device]:
+                raise ValueError(
+                    f"PCI address {address} is already a {ids[0]}:{ids[1]} device "
+                    f"in this fake root; choose another address"
+                )
         self.write(f"{rel}/vendor", vendor)
         self.write(f"{rel}/device", device)
         self.write(f"{rel}/class", device_class)

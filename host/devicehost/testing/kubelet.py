@@ -100,13 +100,20 @@ class KubeletStandIn:
         with self._cond:
             self._cond.notify_all()
 
-    def _wait(self, predicate: Callable[[], T | None], timeout: float, what: str) -> T:
+    def wait_until(
+        self,
+        predicate: Callable[[], T | None | bool],
+        timeout: float = 10.0,
+        what: str = "a condition",
+    ) -> T:
+        """Block until ``predicate()`` (checked on every change the stand-in sees) returns
+        something other than None or False, and return it: an empty list counts."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
                 result = predicate()
-                if result:
-                    return result
+                if result is not None and result is not False:
+                    return result  # type: ignore[return-value]
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError(
@@ -236,12 +243,12 @@ class KubeletStandIn:
                 return self.endpoints[resource].request
             return None
 
-        return self._wait(done, timeout, f"registration #{count} of {resource!r}")
+        return self.wait_until(done, timeout, f"registration #{count} of {resource!r}")
 
     def wait_attempts(self, resource: str, count: int, timeout: float = 10.0) -> None:
         """Block until ``count`` RegisterRequests for ``resource`` arrived (accepted or not)."""
-        self._wait(
-            lambda: sum(r.resource_name == resource for r in self.registrations) >= count,
+        self.wait_until(
+            lambda: sum(r.resource_name == resource for r in self.registrations) >= count or None,
             timeout,
             f"{count} registration attempts of {resource!r}",
         )
@@ -272,7 +279,9 @@ class KubeletStandIn:
                 return dict(endpoint.lists[-1])
             return None
 
-        return self._wait(done, timeout, f"a device list of {resource!r} matching the predicate")
+        return self.wait_until(
+            done, timeout, f"a device list of {resource!r} matching the predicate"
+        )
 
     def wait_health(
         self, resource: str, device_id: str, health: str, timeout: float = 10.0
