@@ -5,13 +5,15 @@ and every rendered object is checked against the Kubernetes OpenAPI schemas
 (``kubernetes-validate``, strict). The DaemonSet's security posture is asserted field by
 field, both Dockerfiles are linted with hadolint at the threshold in
 ``deploy/.hadolint.yaml``, and the HostConfig in each rendered ConfigMap is run through
-``devicehost config`` and ``devicehost drivers`` exactly as the pod would read it.
+``devicehost config``, which also has every driver validate its own section, with the
+DaemonSet's env, as the pod would read it.
 Tests skip, saying why, only where ``kubectl`` or ``hadolint`` cannot be found.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shutil
@@ -20,7 +22,7 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
 
 import kubernetes_validate
 import pytest
@@ -52,9 +54,9 @@ BASE_HOST_PATHS = {
 EXTRA_HOST_PATHS = {"cdi": {"/var/run/cdi": False}}
 HOST_ROOT_MOUNT = "/host"
 
-#: The overlays that run the container privileged, each for a reason docs/operating.md
-#: gives under "Security": Ascend's DCMI opens NPU device nodes that only a privileged
-#: container has in its /dev.
+#: The overlays that run the container privileged (through components/ascend-dcmi), for
+#: the reason docs/operating.md gives under "Security": Ascend's DCMI opens NPU device
+#: nodes that only a privileged container has in its /dev.
 PRIVILEGED = {"ascend"}
 
 _VAR_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -301,7 +303,7 @@ def test_daemonset_runs_as_root_without_a_service_account_token(name: str) -> No
 @every_kustomization
 def test_daemonset_is_node_critical_and_tolerates_no_schedule_taints(name: str) -> None:
     """priorityClassName is system-node-critical; any NoSchedule taint is tolerated, but
-    NoExecute only for the accelerator keys, so drains and node-lifecycle evictions still work."""
+    NoExecute only for named keys, so a NoExecute taint meant to clear a node still does."""
     pod = daemonset(name)["spec"]["template"]["spec"]
     assert pod["priorityClassName"] == "system-node-critical"
     tolerations = pod["tolerations"]
@@ -361,38 +363,40 @@ def test_env_references_only_earlier_variables(name: str) -> None:
 # -- the HostConfig ---------------------------------------------------------------------------
 
 
-@functools.cache
-def _config_results(kubectl: str, workdir: Path) -> dict[str, subprocess.CompletedProcess[str]]:
+class Checked(NamedTuple):
+    """One rendered HostConfig run through `devicehost config`, and the scratch root the
+    simulated node was built in (the pod's DEVICEHOST_ROOT, as the drivers saw it)."""
+
+    result: subprocess.CompletedProcess[str]
+    root: Path
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Checked]:
     """`devicehost config` on every rendered HostConfig with the DaemonSet's literal env, as
     the pod would read it; run concurrently, since each is a fresh interpreter."""
-    del kubectl  # part of the cache key only: rendering needed it
+    _kubectl()
+    workdir = tmp_path_factory.mktemp("hostconfig")
 
-    def check(name: str) -> subprocess.CompletedProcess[str]:
+    def check(name: str) -> Checked:
         here = workdir / name
         here.mkdir()
         config = here / "config.yaml"
         config.write_text(host_config(name))
         pod_env = {k: v for k, v in literal_env(name).items() if k != "DEVICEHOST_CONFIG"}
-        return check_config(config, here, **pod_env)
+        return Checked(check_config(config, here, **pod_env), here / "root")
 
     with ThreadPoolExecutor() as pool:
         return dict(zip(KUSTOMIZATIONS, pool.map(check, KUSTOMIZATIONS), strict=True))
 
 
-@pytest.fixture(scope="module")
-def config_results(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> dict[str, subprocess.CompletedProcess[str]]:
-    return _config_results(_kubectl(), tmp_path_factory.mktemp("hostconfig"))
-
-
 @every_kustomization
 def test_hostconfig_is_accepted_by_devicehost_config(
-    name: str, config_results: dict[str, subprocess.CompletedProcess[str]]
+    name: str, checked: dict[str, Checked]
 ) -> None:
     """`devicehost config` accepts the ConfigMap's HostConfig with the DaemonSet's env, every
     driver's section included (exit 0), and the env's settings take effect."""
-    result = config_results[name]
+    result = checked[name].result
     assert result.returncode == 0, result.stderr
     effective = yaml.safe_load(result.stdout)
     env = literal_env(name)
@@ -482,6 +486,28 @@ def test_only_the_jaeger_overlay_turns_tracing_on() -> None:
     """The base sets no OTLP endpoint, env or file, so tracing is off unless asked for."""
     assert "OTEL_EXPORTER_OTLP_ENDPOINT" not in literal_env("base")
     assert not yaml.safe_load(host_config("base")).get("tracing", {}).get("otlpEndpoint")
+
+
+def test_cdi_overlay_specs_land_in_the_mounted_cdi_directory(
+    checked: dict[str, Checked],
+) -> None:
+    """With the cdi overlay's HostConfig every CDI-enabled driver writes its spec into the
+    directory where the pod mounts the host's /var/run/cdi, as seen under DEVICEHOST_ROOT."""
+    pod = daemonset("cdi")["spec"]["template"]["spec"]
+    volume = next(
+        v["name"] for v in pod["volumes"] if v.get("hostPath", {}).get("path") == "/var/run/cdi"
+    )
+    mount = PurePosixPath(
+        next(m for m in container("cdi")["volumeMounts"] if m["name"] == volume)["mountPath"]
+    )
+    root = literal_env("cdi")["DEVICEHOST_ROOT"]
+    assert mount.is_relative_to(root), f"{mount} is outside {root}, where the drivers write"
+    in_root = mount.relative_to(root)
+    drivers = yaml.safe_load(host_config("cdi"))["drivers"]
+    expected = {"nvidia.com/gpu", drivers["rdma"]["cdi"]["kind"]}
+    assert "cdi" in drivers["nvidia"]["deviceListStrategy"]
+    specs = (checked["cdi"].root / in_root).glob("*.json")
+    assert {json.loads(spec.read_text())["kind"] for spec in specs} == expected
 
 
 # -- images -------------------------------------------------------------------------------------
