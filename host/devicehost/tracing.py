@@ -117,24 +117,23 @@ class Tracing:
     def shutdown(self, flush_seconds: float = FLUSH_SECONDS) -> None:
         """Send what is buffered, for at most ``flush_seconds``, then stop exporting.
 
-        The exporter is shut down before the processor so that an unreachable collector's
+        When the collector does not answer in time, the exporter is shut down first so its
         retries end at once: a pod must stop within its grace period, spans or not.
         """
         if self.provider is None:
             return
         # force_flush's own timeout does not cover the exporter's retries: bound it here.
-        flusher = threading.Thread(
-            target=self.provider.force_flush, daemon=True, name="span-flush"
-        )
+        flusher = threading.Thread(target=self.provider.force_flush, daemon=True, name="span-flush")
         flusher.start()
         flusher.join(flush_seconds)
         if flusher.is_alive():
             log.warning(
                 "tracing: the collector did not take the last spans within %.0f s; they are "
-                "dropped", flush_seconds,
+                "dropped",
+                flush_seconds,
             )
-        if self.exporter is not None:
-            self.exporter.shutdown()
+            if self.exporter is not None:
+                self.exporter.shutdown()  # ends the retries; the processor's join returns
         self.provider.shutdown()
 
     @contextmanager
