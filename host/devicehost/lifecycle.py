@@ -327,7 +327,7 @@ class Host:
                 f" — {info.reason}" if info.reason else "",
             )
             for note in info.notes:
-                log.warning("driver %s: %s", info.name, note)
+                log.info("driver %s: %s", info.name, note)
 
     async def _simulate(self) -> None:
         """Let every driver build its simulated node, concurrently (they are independent)."""
