@@ -73,8 +73,11 @@ class Workspace:
     def env(self, **extra: str) -> dict[str, str]:
         # Bytecode is cached as in the image (pip compiles it at install), so that start-up
         # is measured, not the compiler: the warm-up run writes the caches.
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("OTEL_", "DEVICEHOST_")) and k != "PYTHONDONTWRITEBYTECODE"}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("OTEL_", "DEVICEHOST_")) and k != "PYTHONDONTWRITEBYTECODE"
+        }
         env["PYTHONPATH"] = os.pathsep.join([str(self.site), str(REPO)])
         env.update(extra)
         return env
@@ -166,9 +169,10 @@ def socket_of(kubelet: KubeletStandIn, resource: str) -> Path:
 
 
 def allocate_latencies(
-    socket: Path, device_ids: list[str], count: int, warmup: int = 200
+    socket: Path, device_ids: list[str], count: int, warmup: int = 200, pace: float = 0.0
 ) -> list[float]:
-    """Sequential Allocate round trips of one container over a fresh channel, in ms."""
+    """Sequential Allocate round trips of one container over a fresh channel, in ms;
+    ``pace`` seconds apart (0: back to back)."""
     request = pb.AllocateRequest(
         container_requests=[pb.ContainerAllocateRequest(devices_ids=device_ids)]
     )
@@ -181,6 +185,8 @@ def allocate_latencies(
             started = time.perf_counter()
             allocate(request)
             samples.append((time.perf_counter() - started) * 1000)
+            if pace:
+                time.sleep(pace)
     return samples
 
 

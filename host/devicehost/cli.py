@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("devicehost")
 
+SWITCH_INTERVAL_SECONDS = 0.0005
+
 DESCRIPTION = """\
 One Kubernetes device-plugin host for every accelerator and NIC vendor. Drivers are
 Python packages found through the 'devicehost.drivers' entry point; each resource they
@@ -237,6 +239,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(config, keep_running=args.keep_running)
         from devicehost.lifecycle import serve
 
+        # The span exporter and driver threads share the GIL with the request loop; a short
+        # switch interval bounds how long a kubelet request can wait for it (default 5 ms).
+        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
         asyncio.run(serve(config))
         return 0
     except ConfigError as exc:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -76,6 +77,24 @@ def otlp_exporter(endpoint: str, env: Mapping[str, str] | None = None) -> SpanEx
     return HttpExporter(endpoint=url)
 
 
+class Activity:
+    """Counts kubelet requests in flight; the exporter waits for a quiet moment."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.last_end = 0.0
+
+    def begin(self) -> None:
+        self.in_flight += 1
+
+    def end(self) -> None:
+        self.in_flight -= 1
+        self.last_end = time.monotonic()
+
+    def quiet_for(self) -> float:
+        return 0.0 if self.in_flight else time.monotonic() - self.last_end
+
+
 class Tracing:
     """The host's tracer and the helpers that give every span the same shape."""
 
@@ -90,6 +109,7 @@ class Tracing:
         self.node_name = node_name
         self.tracer = provider.get_tracer(INSTRUMENTATION) if provider else trace.NoOpTracer()
         self.enabled = provider is not None
+        self.activity = Activity()
 
     @classmethod
     def from_config(
@@ -100,7 +120,8 @@ class Tracing:
             return cls(None, node_name)
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        from devicehost.span_export import IdleSpanProcessor
 
         attributes: dict[str, Any] = {
             "service.name": os.environ.get("OTEL_SERVICE_NAME", "devicehost"),
@@ -110,9 +131,10 @@ class Tracing:
             attributes[NODE] = node_name
         provider = TracerProvider(resource=Resource.create(attributes))
         exporter = exporter or otlp_exporter(endpoint)
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        tracing = cls(provider, node_name, exporter)
+        provider.add_span_processor(IdleSpanProcessor(exporter, tracing.activity))
         log.info("tracing to %s", endpoint or type(exporter).__name__)
-        return cls(provider, node_name, exporter)
+        return tracing
 
     def shutdown(self, flush_seconds: float = FLUSH_SECONDS) -> None:
         """Send what is buffered, for at most ``flush_seconds``, then stop exporting.
@@ -160,15 +182,19 @@ class Tracing:
         }
         if self.node_name:
             attributes[NODE] = self.node_name
-        with self.tracer.start_as_current_span(
-            f"v1beta1.DevicePlugin/{method}",
-            context=parent,
-            kind=SpanKind.SERVER,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            yield span
+        self.activity.begin()
+        try:
+            with self.tracer.start_as_current_span(
+                f"v1beta1.DevicePlugin/{method}",
+                context=parent,
+                kind=SpanKind.SERVER,
+                attributes=attributes,
+                record_exception=False,
+                set_status_on_exception=False,
+            ) as span:
+                yield span
+        finally:
+            self.activity.end()
 
     @contextmanager
     def child_span(self, name: str, **attributes: Any) -> Iterator[Span]:
