@@ -7,10 +7,10 @@ import time
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from support import eventually
 
 from devicehost.span_export import QUIET_SECONDS, IdleSpanProcessor
 from devicehost.tracing import Activity
+from support import eventually
 
 
 @pytest.fixture

@@ -102,7 +102,7 @@ class KubeletStandIn:
 
     def wait_until(
         self,
-        predicate: Callable[[], T | None | bool],
+        predicate: Callable[[], T | bool | None],
         timeout: float = 10.0,
         what: str = "a condition",
     ) -> T:
