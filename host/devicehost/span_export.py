@@ -4,10 +4,12 @@ The SDK's BatchSpanProcessor exports whenever a batch fills or a timer fires. En
 spans to OTLP is pure-Python work; on a busy node it competes with Allocate for the GIL
 and shows up in Allocate's tail latency. This processor holds spans until no kubelet
 request has been in flight for ``QUIET_SECONDS``, and exports in small batches (about
-3 ms of work each) so a request that arrives mid-export waits for one batch at most. Two limits keep it honest under sustained load: a queue at
-three quarters of ``OTEL_BSP_MAX_QUEUE_SIZE`` (default 2048) is drained to a quarter at
-once, and no span waits longer than ``OTEL_BSP_SCHEDULE_DELAY`` (default 5000 ms). A full queue drops
-new spans, as the SDK's processor does, and says so once.
+3 ms of work each) so a request that arrives mid-export waits for one batch at most.
+
+Two limits keep it honest under sustained load: a queue three quarters full
+(``OTEL_BSP_MAX_QUEUE_SIZE``, default 2048) is drained to a quarter at once, and no span
+waits longer than ``OTEL_BSP_SCHEDULE_DELAY`` (default 5000 ms). A full queue drops new
+spans, as the SDK's processor does, and says so once.
 """
 
 from __future__ import annotations
