@@ -28,8 +28,9 @@ def test_fake_pci_device_refuses_a_different_device_at_a_taken_address(tmp_path)
 def test_fake_pci_device_layout(tmp_path):
     """A PCI function has its attributes, driver link and bus link, all relative links."""
     root = FakeRoot(tmp_path)
-    rel = root.pci_device("0000:3b:00.0", vendor="0x15b3", device="0x1017", numa_node=1,
-                          driver="mlx5_core")
+    rel = root.pci_device(
+        "0000:3b:00.0", vendor="0x15b3", device="0x1017", numa_node=1, driver="mlx5_core"
+    )
     device = root.at("/sys/bus/pci/devices/0000:3b:00.0")
     assert device.resolve() == root.at(rel).resolve()
     assert (device / "numa_node").read_text() == "1\n"
