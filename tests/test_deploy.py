@@ -491,8 +491,9 @@ def test_only_the_jaeger_overlay_turns_tracing_on() -> None:
 def test_cdi_overlay_specs_land_in_the_mounted_cdi_directory(
     checked: dict[str, Checked],
 ) -> None:
-    """With the cdi overlay's HostConfig every CDI-enabled driver writes its spec into the
-    directory where the pod mounts the host's /var/run/cdi, as seen under DEVICEHOST_ROOT."""
+    """With the cdi overlay's HostConfig every CDI-enabled driver (nvidia, ascend, rdma)
+    writes its spec into the directory where the pod mounts the host's /var/run/cdi, as seen
+    under DEVICEHOST_ROOT, and nowhere else under it."""
     pod = daemonset("cdi")["spec"]["template"]["spec"]
     volume = next(
         v["name"] for v in pod["volumes"] if v.get("hostPath", {}).get("path") == "/var/run/cdi"
@@ -504,9 +505,11 @@ def test_cdi_overlay_specs_land_in_the_mounted_cdi_directory(
     assert mount.is_relative_to(root), f"{mount} is outside {root}, where the drivers write"
     in_root = mount.relative_to(root)
     drivers = yaml.safe_load(host_config("cdi"))["drivers"]
-    expected = {"nvidia.com/gpu", drivers["rdma"]["cdi"]["kind"]}
+    expected = {"nvidia.com/gpu", "huawei.com/npu", drivers["rdma"]["cdi"]["kind"]}
     assert "cdi" in drivers["nvidia"]["deviceListStrategy"]
-    specs = (checked["cdi"].root / in_root).glob("*.json")
+    assert drivers["ascend"]["useCdi"] is True
+    specs = list(checked["cdi"].root.rglob("devicehost-*.json"))
+    assert {spec.parent for spec in specs} == {checked["cdi"].root / in_root}
     assert {json.loads(spec.read_text())["kind"] for spec in specs} == expected
 
 

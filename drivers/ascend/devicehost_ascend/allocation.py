@@ -6,8 +6,9 @@
 - Plain runtime (``useAscendRuntime: false``): the device nodes (each vNPU's
   ``/dev/vdavinciN`` as ``/dev/davinciN``), the shared nodes present under root, and
   read-only mounts of the driver files present under root.
-- CDI (``useCdi: true``): fully qualified CDI names; the spec this module writes carries
-  the same nodes and mounts, for any CDI-enabled runtime.
+- CDI (``useCdi: true``): fully qualified CDI names; the spec this module writes (into
+  the host directory ``cdiDir``, under root) carries the same nodes and mounts, for any
+  CDI-enabled runtime.
 """
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ class Allocator:
             envs[OPTIONS_ENV] = "VIRTUAL"
         return Allocation(envs=envs)
 
+    def cdi_directory(self) -> Path:
+        """Where the spec is written: the host directory ``cdiDir`` under root."""
+        return self.root / self.config.cdi_dir.lstrip("/")
+
     def write_cdi_spec(self, devices: Sequence[NpuDevice]) -> Path | None:
         """Write (or refresh) the spec for ``devices`` when CDI is on; its path, or None."""
         if not self.config.use_cdi:
@@ -79,9 +84,11 @@ class Allocator:
             d.id: Allocation(devices=self.own_nodes([d]))
             for d in sorted(devices, key=lambda d: d.id)
         }
+        directory = self.cdi_directory()
         try:
-            return write_spec(self.config.cdi_dir, CDI_KIND, per_device, common)
+            return write_spec(directory, CDI_KIND, per_device, common)
         except OSError as exc:
             raise RuntimeError(
-                f"cannot write the CDI spec in {self.config.cdi_dir} (cdiDir): {exc}"
+                f"cannot write the CDI spec in {directory} "
+                f"(cdiDir {self.config.cdi_dir} under root): {exc}"
             ) from exc

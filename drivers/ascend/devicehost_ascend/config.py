@@ -9,7 +9,6 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 #: Chip families the driver knows; each is the name part of a ``huawei.com/...`` resource.
@@ -23,6 +22,7 @@ DEFAULT_SHARED_NODES = (
     "/dev/hisi_hdc",
     "/dev/dvpp_cmdlist",
 )
+DEFAULT_CDI_DIR = "/var/run/cdi"
 DEFAULT_DRIVER_MOUNTS = (
     "/usr/local/Ascend/driver/lib64",
     "/usr/local/dcmi",
@@ -34,6 +34,8 @@ DEFAULT_DRIVER_MOUNTS = (
 class AscendConfig:
     """The effective settings; attribute names are the snake_case of the config keys."""
 
+    #: False: DCMI is never loaded; the chips are the /dev/davinciN nodes (fallback mode).
+    use_dcmi: bool = True
     dcmi_library: str = ""
     health_poll_seconds: float = 5.0
     ignored_error_codes: frozenset[int] = frozenset()
@@ -41,7 +43,8 @@ class AscendConfig:
     shared_device_nodes: tuple[str, ...] = DEFAULT_SHARED_NODES
     driver_mounts: tuple[str, ...] = DEFAULT_DRIVER_MOUNTS
     use_cdi: bool = False
-    cdi_dir: Path = Path("/var/run/cdi")
+    #: A host path, written under root (``<root>/var/run/cdi`` by default).
+    cdi_dir: str = DEFAULT_CDI_DIR
     hccs_group_size: int = 4
     fallback_chip_type: str = ""
     #: physical chip ID → NUMA node, for the no-DCMI fallback.
@@ -105,10 +108,12 @@ def _text(value: Any) -> str:
     return value
 
 
-def _path(value: Any) -> Path:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"expected a directory path, got {value!r}")
-    return Path(value)
+def _host_directory(value: Any) -> str:
+    """An absolute host path (written under root), normalised: ``/var/run//cdi/`` is
+    ``/var/run/cdi``."""
+    if not isinstance(value, str) or not value.startswith("/") or "\x00" in value:
+        raise ValueError(f"expected an absolute host path such as /var/run/cdi, got {value!r}")
+    return "/" + posixpath.normpath(value).lstrip("/")
 
 
 def _choice(choices: tuple[str, ...], allow_empty: bool = False) -> Callable[[Any], str]:
@@ -173,6 +178,7 @@ def _vnpu_cores(value: Any) -> int | dict[int, int] | None:
 
 
 _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "useDcmi": ("use_dcmi", _boolean),
     "dcmiLibrary": ("dcmi_library", _text),
     "healthPollSeconds": ("health_poll_seconds", _seconds),
     "ignoredErrorCodes": ("ignored_error_codes", _codes),
@@ -180,7 +186,7 @@ _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "sharedDeviceNodes": ("shared_device_nodes", _absolute_paths),
     "driverMounts": ("driver_mounts", _absolute_paths),
     "useCdi": ("use_cdi", _boolean),
-    "cdiDir": ("cdi_dir", _path),
+    "cdiDir": ("cdi_dir", _host_directory),
     "hccsGroupSize": ("hccs_group_size", _non_negative_int),
     "fallbackChipType": ("fallback_chip_type", _choice(FAMILIES, allow_empty=True)),
     "fallbackNumaNodes": ("fallback_numa_nodes", _numa_nodes),
@@ -207,5 +213,10 @@ def parse_config(section: Mapping[str, Any]) -> AscendConfig:
         raise ValueError(
             "useCdi: needs useAscendRuntime: false (the Ascend Docker Runtime "
             "and CDI would both inject the devices)"
+        )
+    if not config.use_dcmi and not config.fallback_chip_type:
+        raise ValueError(
+            "useDcmi: false needs fallbackChipType (without DCMI the chip type is unknown, "
+            "and serving chips under a guessed type could put pods on the wrong hardware)"
         )
     return config

@@ -3,7 +3,8 @@
 Real hardware is reached through ``libdcmi.so`` (``dcmi_ctypes``); under ``devicehost demo``
 and ``run --simulate`` the simulated DCMI (``dcmi_sim``) takes its place, with a fake
 ``/dev`` and sysfs tree built under root, and everything above the DCMI interface runs the
-same code.
+same code. With ``useDcmi: false`` no DCMI is used, real or simulated: the chips are the
+``/dev/davinciN`` nodes under root.
 """
 
 from __future__ import annotations
@@ -61,9 +62,12 @@ class AscendDriver:
             self._node = None
         dcmi: Dcmi | None
         if simulated:
-            dcmi, problem = self._simulate(root, settings.simulated_node), ""
-        else:
+            simulation = self._simulate(root, settings.simulated_node)
+            dcmi, problem = (simulation if settings.use_dcmi else None), ""
+        elif settings.use_dcmi:
             dcmi, problem = load_dcmi(root, settings.dcmi_library)
+        else:  # never loaded: the /dev fallback, typed by fallbackChipType
+            dcmi, problem = None, ""
         self._node = open_node(settings, root, dcmi, problem)
 
     @hookimpl

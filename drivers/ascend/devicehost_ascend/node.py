@@ -1,9 +1,10 @@
 """One configured node: its NPUs, how their health is read, and how they are handed out.
 
-``open_node`` decides how the node is seen: through DCMI when a library is usable (real
-or simulated, the same code), else through the ``/dev/davinciN`` nodes with the chip type
-from config, else not at all (``DriverUnavailable`` with the reason). The driver's hooks
-are thin calls into the ``AscendNode`` it returns.
+``open_node`` decides how the node is seen: through DCMI when a library is usable and
+reaches a chip (real or simulated, the same code), else (or with ``useDcmi: false``)
+through the ``/dev/davinciN`` nodes with the chip type from config, else not at all
+(``DriverUnavailable`` with the reason). The driver's hooks are thin calls into the
+``AscendNode`` it returns.
 """
 
 from __future__ import annotations
@@ -159,30 +160,53 @@ def _dcmi_notes(dcmi: Dcmi, found: Inventory, faults: FaultHub, poll: float) -> 
 def open_node(
     config: AscendConfig, root: Path, dcmi: Dcmi | None, dcmi_problem: str = ""
 ) -> AscendNode:
-    """The node as DCMI sees it, else as /dev shows it; ``DriverUnavailable`` otherwise."""
+    """The node as DCMI sees it, else as /dev shows it; ``DriverUnavailable`` otherwise.
+
+    ``dcmi`` is None when no library was loaded (``dcmi_problem`` says why) or when
+    ``useDcmi`` is false. A library that loads but reaches no chip is closed, and /dev
+    serves instead.
+    """
     if dcmi is not None:
         try:
             found = inventory.discover(dcmi, root)
         except DcmiError as exc:  # loaded, but the NPU driver stack below it is not answering
             dcmi.close()
-            return open_node(config, root, None, f"{dcmi.description}: {exc}")
-        if not found.devices:
+            return _from_dev(
+                config, root, f"no usable DCMI library ({dcmi.description}: {exc})", loaded=True
+            )
+        if not found.devices:  # no card listed, or every chip failed its queries
             dcmi.close()
-            detail = f" ({'; '.join(found.notes)})" if found.notes else ""
-            raise DriverUnavailable(f"{dcmi.description} reports no usable NPU chip{detail}")
+            detail = "; ".join(found.notes) or "it lists no card with a chip"
+            why = f"no usable DCMI library ({dcmi.description} reaches no chip: {detail})"
+            return _from_dev(config, root, why, loaded=True)
         node = AscendNode(config=config, root=root, found=found, notes=[], dcmi=dcmi)
         assert node.faults is not None
         node.faults.start()
         node.notes = _dcmi_notes(dcmi, found, node.faults, config.health_poll_seconds)
         return node
+    if not config.use_dcmi:
+        return _from_dev(config, root, "DCMI not used (useDcmi: false)", loaded=False)
+    return _from_dev(config, root, f"no usable DCMI library ({dcmi_problem})", loaded=False)
+
+
+def _from_dev(config: AscendConfig, root: Path, why: str, *, loaded: bool) -> AscendNode:
+    """The fallback: the ``/dev/davinciN`` nodes typed ``fallbackChipType``, or
+    ``DriverUnavailable``. ``why`` says why DCMI is not used; ``loaded``: a library loaded
+    but reached no chip, so the reasons also name the keys that choose the fallback."""
     chips, vnpus = devfs.chip_nodes(root), devfs.vnpu_nodes(root)
     if not chips and not vnpus:
-        raise DriverUnavailable(f"no Ascend NPU here: {dcmi_problem}, and no /dev/davinciN")
+        keys = " to fall back to (fallbackChipType, useDcmi: false)" if loaded else ""
+        raise DriverUnavailable(f"no Ascend NPU here: {why}, and no /dev/davinciN{keys}")
     if not config.fallback_chip_type:
+        keys = (
+            "; with useDcmi: false as well, DCMI is not even loaded (for a pod that cannot "
+            "reach the chips through it, such as an unprivileged one)"
+            if loaded
+            else ""
+        )
         raise DriverUnavailable(
-            f"found {len(chips)} /dev/davinciN nodes but no usable DCMI ({dcmi_problem}); "
-            "without DCMI the chip type is unknown: set fallbackChipType (e.g. Ascend910) "
-            "to serve them"
+            f"found {len(chips)} /dev/davinciN nodes but {why}; without DCMI the chip type "
+            f"is unknown: set fallbackChipType (e.g. Ascend910) to serve them{keys}"
         )
     found = devfs.discover(root, config)
     numa = (
@@ -191,9 +215,8 @@ def open_node(
         else "no NUMA information (set fallbackNumaNodes)"
     )
     notes = [
-        f"no usable DCMI library ({dcmi_problem}): serving /dev/davinciN as "
-        f"{config.fallback_chip_type} (fallbackChipType); health is only the nodes' "
-        f"presence; {numa}",
+        f"{why}: serving /dev/davinciN as {config.fallback_chip_type} (fallbackChipType); "
+        f"health is only the nodes' presence; {numa}",
         *found.notes,
     ]
     return AscendNode(config=config, root=root, found=found, notes=notes)

@@ -102,18 +102,17 @@ def test_configured_shared_nodes_and_mounts_replace_the_defaults(fake_root: Fake
 
 def test_cdi_names_devices_and_writes_their_spec(fake_root: FakeRoot) -> None:
     """useCdi: CDI names in the answer; the spec carries the nodes, shared nodes and mounts."""
-    cdi_dir = fake_root.at("/cdi")
     node = open_simulated(
         fake_root,
         SimulatedDcmi.preset("ascend910x8-vnpu"),
         useAscendRuntime=False,
         useCdi=True,
-        cdiDir=str(cdi_dir),
+        cdiDir="/cdi",
     )
     assert node.allocate(NPU, ["Ascend910-3", "Ascend910-1"]) == Allocation(
         cdi_devices=("huawei.com/npu=Ascend910-1", "huawei.com/npu=Ascend910-3")
     )
-    spec = json.loads((cdi_dir / "devicehost-huawei.com-npu.json").read_text())
+    spec = json.loads(fake_root.at("/cdi/devicehost-huawei.com-npu.json").read_text())
     assert spec["kind"] == "huawei.com/npu"
     devices = {d["name"]: d["containerEdits"] for d in spec["devices"]}
     assert len(devices) == 12
@@ -128,6 +127,17 @@ def test_cdi_names_devices_and_writes_their_spec(fake_root: FakeRoot) -> None:
     common = spec["containerEdits"]
     assert [n["path"] for n in common["deviceNodes"]] == [d.host_path for d in SHARED]
     assert [m["hostPath"] for m in common["mounts"]] == [m.host_path for m in MOUNTS]
+
+
+def test_cdi_spec_is_written_under_root_at_the_host_cdi_dir(fake_root: FakeRoot) -> None:
+    """cdiDir names a host directory: the default /var/run/cdi is written at
+    <root>/var/run/cdi, where the pod mounts the host's, and nowhere else."""
+    node = open_simulated(
+        fake_root, SimulatedDcmi.preset("ascend910x8"), useAscendRuntime=False, useCdi=True
+    )
+    written = node.allocator.write_cdi_spec(node.inventory.all())
+    assert written == fake_root.at("/var/run/cdi/devicehost-huawei.com-npu.json")
+    assert [p.name for p in fake_root.at("/var/run/cdi").iterdir()] == [written.name]
 
 
 def test_unknown_device_is_refused(fake_root: FakeRoot) -> None:

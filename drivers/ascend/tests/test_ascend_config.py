@@ -10,16 +10,18 @@ from devicehost_ascend.config import KEYS, AscendConfig, parse_config
 
 
 def test_empty_section_gives_the_documented_defaults() -> None:
-    """No keys: Ascend Docker Runtime, 5 s health polling, HCCS groups of 4, no CDI."""
+    """No keys: DCMI, Ascend Docker Runtime, 5 s health polling, HCCS groups of 4, no CDI
+    (its directory the host's /var/run/cdi)."""
     config = parse_config({})
     assert config == AscendConfig()
     assert (
+        config.use_dcmi,
         config.use_ascend_runtime,
         config.health_poll_seconds,
         config.hccs_group_size,
         config.use_cdi,
         config.cdi_dir,
-    ) == (True, 5.0, 4, False, Path("/var/run/cdi"))
+    ) == (True, True, 5.0, 4, False, "/var/run/cdi")
 
 
 def test_unknown_key_is_refused_by_name() -> None:
@@ -33,6 +35,12 @@ def test_unknown_key_is_refused_by_name() -> None:
     [
         ("healthPollSeconds", 0, "healthPollSeconds: expected a positive number of seconds, got 0"),
         ("useAscendRuntime", "no", "useAscendRuntime: expected true or false, got 'no'"),
+        ("useDcmi", "off", "useDcmi: expected true or false, got 'off'"),
+        (
+            "cdiDir",
+            "var/run/cdi",
+            "cdiDir: expected an absolute host path such as /var/run/cdi, got 'var/run/cdi'",
+        ),
         ("hccsGroupSize", -1, "hccsGroupSize: expected a non-negative integer, got -1"),
         (
             "fallbackChipType",
@@ -99,6 +107,19 @@ def test_cdi_cannot_be_combined_with_the_ascend_runtime() -> None:
     with pytest.raises(ValueError, match=r"^useCdi: needs useAscendRuntime: false"):
         parse_config({"useCdi": True})
     assert parse_config({"useCdi": True, "useAscendRuntime": False}).use_cdi
+
+
+def test_cdi_dir_is_a_normalised_host_path() -> None:
+    """cdiDir is kept as the host path it names, normalised; it is not resolved here."""
+    assert parse_config({"cdiDir": "/var/run//cdi/"}).cdi_dir == "/var/run/cdi"
+
+
+def test_skipping_dcmi_needs_a_fallback_chip_type() -> None:
+    """useDcmi: false without fallbackChipType could never serve a chip, so it is refused."""
+    with pytest.raises(ValueError, match=r"^useDcmi: false needs fallbackChipType "):
+        parse_config({"useDcmi": False})
+    config = parse_config({"useDcmi": False, "fallbackChipType": "Ascend310P"})
+    assert (config.use_dcmi, config.fallback_chip_type) == (False, "Ascend310P")
 
 
 def test_every_key_is_documented_in_the_readme() -> None:

@@ -72,6 +72,45 @@ def test_simulated_health_is_refused_on_real_hardware(fake_root: FakeRoot) -> No
     )
 
 
+def test_simulated_cdi_spec_is_written_under_the_simulated_root(fake_root: FakeRoot) -> None:
+    """--simulate with useCdi writes the spec for the host's /var/run/cdi (the default
+    cdiDir) inside the scratch root."""
+    simulated(fake_root, useAscendRuntime=False, useCdi=True)
+    assert fake_root.at("/var/run/cdi/devicehost-huawei.com-npu.json").is_file()
+
+
+def test_simulated_node_with_use_dcmi_false_serves_its_dev_nodes(fake_root: FakeRoot) -> None:
+    """useDcmi: false under --simulate skips the simulated DCMI too: the simulated node's
+    /dev/davinciN are served as fallbackChipType, and simulated faults are not offered."""
+    driver = simulated(fake_root, useDcmi=False, fallbackChipType="Ascend910")
+    assert [d.id for d in driver.devicehost_enumerate(resource=NPU)] == [
+        f"Ascend910-{i}" for i in range(8)
+    ]
+    assert driver.devicehost_notes()[0].startswith("DCMI not used (useDcmi: false): ")
+    assert (
+        driver.devicehost_simulate_health(resource=NPU, device_id="Ascend910-0", healthy=False)
+        is None
+    )
+
+
+def test_simulated_dcmi_reaching_no_chip_falls_back_to_dev(fake_root: FakeRoot) -> None:
+    """When DCMI loads but every chip fails its queries, the driver serves /dev as
+    fallbackChipType, and its first note carries DCMI's errors."""
+    driver = AscendDriver()
+    driver.devicehost_simulate(root=fake_root.path)
+    assert driver.simulation is not None
+    for phys_id in range(8):
+        driver.simulation.chip_by_phys(phys_id).present = False
+    driver.devicehost_configure(
+        config={"fallbackChipType": "Ascend910"}, root=fake_root.path, simulated=True
+    )
+    assert len(driver.devicehost_enumerate(resource=NPU)) == 8
+    assert driver.devicehost_notes()[0].startswith(
+        "no usable DCMI library (simulated DCMI (ascend910x8) reaches no chip: card 0 chip 0 "
+        "skipped: dcmi_get_device_logic_id returned -8008; card 1 chip 0 skipped: "
+    )
+
+
 def test_shutdown_closes_the_library(fake_root: FakeRoot) -> None:
     """Shutdown releases DCMI."""
     driver = simulated(fake_root)

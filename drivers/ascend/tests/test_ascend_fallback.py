@@ -1,7 +1,7 @@
 """Without a usable DCMI: /dev/davinciN under root, typed by config, and said so in notes.
 
 These go through the driver's real library loading (``load_dcmi``), which finds no usable
-``libdcmi.so`` in the fake tree.
+``libdcmi.so`` in the fake tree, or, with ``useDcmi: false``, skip it.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def test_node_without_npus_is_unavailable(fake_root: FakeRoot) -> None:
     """No DCMI and no /dev/davinciN: this node simply has no Ascend NPU."""
     with pytest.raises(
         DriverUnavailable,
-        match=r"^no Ascend NPU here: no libdcmi.so at .*, and "
+        match=r"^no Ascend NPU here: no usable DCMI library \(no libdcmi.so at .*\), and "
         r"no /dev/davinciN$",
     ):
         configured(fake_root, fallbackChipType="Ascend910")
@@ -148,3 +148,29 @@ def test_a_removed_node_is_gone_at_the_next_enumeration(fake_root: FakeRoot) -> 
         "Ascend910-1",
         "Ascend910-3",
     ]
+
+
+def test_use_dcmi_false_serves_dev_without_trying_a_library(fake_root: FakeRoot) -> None:
+    """useDcmi: false never loads DCMI: a libdcmi.so at the usual path is not even tried,
+    and the /dev nodes are served as fallbackChipType, the note saying DCMI is not used."""
+    dev_tree(fake_root)
+    fake_root.write("/usr/local/dcmi/libdcmi.so", "not an ELF file")
+    driver = configured(fake_root, useDcmi=False, fallbackChipType="Ascend910")
+    assert [d.id for d in driver.devicehost_enumerate(resource="huawei.com/Ascend910")] == [
+        f"Ascend910-{i}" for i in range(4)
+    ]
+    assert driver.devicehost_notes()[0] == (
+        "DCMI not used (useDcmi: false): serving /dev/davinciN as Ascend910 "
+        "(fallbackChipType); health is only the nodes' presence; no NUMA information "
+        "(set fallbackNumaNodes)"
+    )
+
+
+def test_use_dcmi_false_without_dev_nodes_is_unavailable(fake_root: FakeRoot) -> None:
+    """useDcmi: false on a node without /dev/davinciN: no NPU here, and the reason says
+    DCMI was not used."""
+    with pytest.raises(
+        DriverUnavailable,
+        match=r"^no Ascend NPU here: DCMI not used \(useDcmi: false\), and no /dev/davinciN$",
+    ):
+        configured(fake_root, useDcmi=False, fallbackChipType="Ascend910")

@@ -97,10 +97,52 @@ def test_chip_dcmi_cannot_read_at_start_is_skipped_with_a_note(fake_root: FakeRo
     assert "card 1 chip 0 skipped: dcmi_get_device_logic_id returned -8008" in node.notes
 
 
-def test_dcmi_without_chips_makes_the_driver_unavailable(fake_root: FakeRoot) -> None:
-    """DCMI present but reporting no chip: unavailable with the reason, not an empty driver."""
-    with pytest.raises(DriverUnavailable, match=r"simulated DCMI \(custom\) reports no usable"):
-        open_simulated(fake_root, SimulatedDcmi([]))
+def test_dcmi_without_chips_or_dev_nodes_is_unavailable(fake_root: FakeRoot) -> None:
+    """DCMI lists no chip and there is no /dev/davinciN: unavailable, not an empty driver,
+    and the reason names the keys that choose the /dev fallback."""
+    with pytest.raises(DriverUnavailable) as caught:
+        open_simulated(fake_root, SimulatedDcmi([]), fallbackChipType="Ascend910")
+    assert str(caught.value) == (
+        "no Ascend NPU here: no usable DCMI library (simulated DCMI (custom) reaches no chip: "
+        "it lists no card with a chip), and no /dev/davinciN to fall back to "
+        "(fallbackChipType, useDcmi: false)"
+    )
+
+
+def test_dcmi_listing_no_card_falls_back_to_dev(fake_root: FakeRoot) -> None:
+    """DCMI loads but lists no card while /dev/davinciN exist: they are served as
+    fallbackChipType, the note says why, and the library is closed."""
+    for index in range(2):
+        fake_root.char_device(f"/dev/davinci{index}")
+    sim = SimulatedDcmi([])
+    node = open_simulated(fake_root, sim, fallbackChipType="Ascend310P")
+    assert [d.id for d in node.enumerate("huawei.com/Ascend310P")] == [
+        "Ascend310P-0",
+        "Ascend310P-1",
+    ]
+    assert node.notes[0].startswith(
+        "no usable DCMI library (simulated DCMI (custom) reaches no chip: it lists no card "
+        "with a chip): serving /dev/davinciN as Ascend310P (fallbackChipType)"
+    )
+    assert sim.closed and node.dcmi is None
+
+
+def test_dcmi_reaching_no_chip_without_a_chip_type_names_both_keys(
+    fake_root: FakeRoot,
+) -> None:
+    """Every chip fails DCMI and fallbackChipType is unset: unavailable, with DCMI's errors
+    and a reason naming fallbackChipType and useDcmi."""
+    sim = SimulatedDcmi([[chip(0, present=False)], [chip(1, present=False)]])
+    with pytest.raises(DriverUnavailable) as caught:
+        open_simulated(fake_root, sim)
+    assert str(caught.value) == (
+        "found 2 /dev/davinciN nodes but no usable DCMI library (simulated DCMI (custom) "
+        "reaches no chip: card 0 chip 0 skipped: dcmi_get_device_logic_id returned -8008; "
+        "card 1 chip 0 skipped: dcmi_get_device_logic_id returned -8008); without DCMI the "
+        "chip type is unknown: set fallbackChipType (e.g. Ascend910) to serve them; with "
+        "useDcmi: false as well, DCMI is not even loaded (for a pod that cannot reach the "
+        "chips through it, such as an unprivileged one)"
+    )
 
 
 @pytest.mark.parametrize(
