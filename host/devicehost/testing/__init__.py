@@ -9,24 +9,43 @@
 - ``write_distribution``: make a module discoverable through entry points, no wheel needed.
 - pytest fixtures (``fake_root``, ``plugin_dir``, ``kubelet``, ``host_config``,
   ``run_host``) arrive through the ``pytest11`` entry point.
+
+Names are imported on first use: drivers import ``FakeRoot`` for their simulated nodes at
+start-up, and should not pay for the gRPC servers and OTLP receiver they never use.
 """
 
-from devicehost.testing.conformance import ConformanceError, ConformanceReport, check_driver
-from devicehost.testing.distributions import write_distribution
-from devicehost.testing.fakeroot import FakeRoot
-from devicehost.testing.hostthread import HostThread
-from devicehost.testing.kubelet import KubeletStandIn
-from devicehost.testing.otlp import OtlpReceiver
-from devicehost.testing.podresources import PodResourcesStandIn
+from __future__ import annotations
 
-__all__ = [
-    "ConformanceError",
-    "ConformanceReport",
-    "FakeRoot",
-    "HostThread",
-    "KubeletStandIn",
-    "OtlpReceiver",
-    "PodResourcesStandIn",
-    "check_driver",
-    "write_distribution",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from devicehost.testing.conformance import ConformanceError as ConformanceError
+    from devicehost.testing.conformance import ConformanceReport as ConformanceReport
+    from devicehost.testing.conformance import check_driver as check_driver
+    from devicehost.testing.distributions import write_distribution as write_distribution
+    from devicehost.testing.fakeroot import FakeRoot as FakeRoot
+    from devicehost.testing.hostthread import HostThread as HostThread
+    from devicehost.testing.kubelet import KubeletStandIn as KubeletStandIn
+    from devicehost.testing.otlp import OtlpReceiver as OtlpReceiver
+    from devicehost.testing.podresources import PodResourcesStandIn as PodResourcesStandIn
+
+_HOMES = {
+    "ConformanceError": "conformance",
+    "ConformanceReport": "conformance",
+    "check_driver": "conformance",
+    "write_distribution": "distributions",
+    "FakeRoot": "fakeroot",
+    "HostThread": "hostthread",
+    "KubeletStandIn": "kubelet",
+    "OtlpReceiver": "otlp",
+    "PodResourcesStandIn": "podresources",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'devicehost.testing' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"devicehost.testing.{_HOMES[name]}"), name)
