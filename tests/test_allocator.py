@@ -6,11 +6,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from devicehost import Device
-from devicehost.allocator import natural_key, preferred_allocation
+from devicehost.allocator import natural_key, numa_map, preferred_allocation
 
 
-def node(numa_of: dict[str, int]) -> dict[str, Device]:
-    return {i: Device(id=i, numa_nodes=(n,)) for i, n in numa_of.items()}
+def node(numa_of: dict[str, int]) -> dict[str, int]:
+    """A snapshot's NUMA map, built the way the servicer builds it."""
+    return numa_map(Device(id=i, numa_nodes=(n,)) for i, n in numa_of.items())
 
 
 def test_natural_order():

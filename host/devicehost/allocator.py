@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import heapq
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from devicehost.model import Device
 
@@ -22,12 +22,13 @@ def natural_key(device_id: str) -> tuple[object, ...]:
     return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(device_id))
 
 
-def _numa_of(device: Device | None) -> int:
-    return device.numa_nodes[0] if device and device.numa_nodes else -1
+def numa_map(devices: Iterable[Device]) -> dict[str, int]:
+    """Each device's first NUMA node (-1 when unknown); callers cache it per snapshot."""
+    return {d.id: d.numa_nodes[0] if d.numa_nodes else -1 for d in devices}
 
 
 def preferred_allocation(
-    devices: Mapping[str, Device],
+    numa_of: Mapping[str, int],
     available: Sequence[str],
     must_include: Sequence[str],
     size: int,
@@ -46,9 +47,9 @@ def preferred_allocation(
     groups: dict[int, list[str]] = {}
     for device_id in available:
         if device_id not in taken:
-            groups.setdefault(_numa_of(devices.get(device_id)), []).append(device_id)
+            groups.setdefault(numa_of.get(device_id, -1), []).append(device_id)
     order: list[int] = []
-    for node in dict.fromkeys(_numa_of(devices.get(i)) for i in chosen):
+    for node in dict.fromkeys(numa_of.get(i, -1) for i in chosen):
         if node in groups:
             order.append(node)
     rest = [n for n in groups if n not in order]

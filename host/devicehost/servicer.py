@@ -19,7 +19,7 @@ from opentelemetry.trace import Span
 from devicehost import tracing
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from devicehost.allocator import preferred_allocation
+from devicehost.allocator import numa_map, preferred_allocation
 from devicehost.errors import DriverError, DriverTimeout
 from devicehost.model import Allocation, Device
 from devicehost.plugins import Driver
@@ -104,6 +104,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         )
         self._list: tuple[int, pb.ListAndWatchResponse] | None = None
         self._encoded: dict[Device, bytes] = {}
+        self._numa: tuple[int, dict[str, int]] | None = None
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -121,6 +122,12 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             message = pb.ListAndWatchResponse.FromString(b"".join(self._encoded.values()))
             self._list = (version, message)
         return self._list[1]
+
+    def _numa_map(self) -> dict[str, int]:
+        """Device → NUMA node for the current snapshot, built once per version."""
+        if self._numa is None or self._numa[0] != self.state.version:
+            self._numa = (self.state.version, numa_map(self.state.devices.values()))
+        return self._numa[1]
 
     def check_known(self, device_ids: Sequence[str], *, healthy: bool) -> None:
         """Refuse empty, duplicate, unknown and (when ``healthy``) unhealthy device IDs."""
@@ -202,7 +209,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             chosen = await self._driver_choice(available, must, size)
             if chosen is not None:
                 return chosen
-        return preferred_allocation(self.state.devices, available, must, size)
+        return preferred_allocation(self._numa_map(), available, must, size)
 
     async def _driver_choice(
         self, available: list[str], must: list[str], size: int
