@@ -536,14 +536,9 @@ def test_hung_driver_recovers_when_its_vendor_call_returns(install, run_host, ku
     assert kubelet.allocate(RES, [["dev-1"]]).container_responses
 
 
-# -- faults the host does not handle yet (strict xfail: they pass once the host is fixed) ------
+# -- faults the fault suite found, each fixed in the host and kept as a regression test ------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="servicer._driver_choice calls list(answer) and set(chosen) outside any error "
-    "handling: a non-iterable answer raises TypeError and the request fails with INTERNAL",
-)
 def test_preferred_allocation_answer_that_is_not_a_list_falls_back_to_default(
     install, run_host, kubelet
 ):
@@ -559,11 +554,6 @@ def test_preferred_allocation_answer_that_is_not_a_list_falls_back_to_default(
     assert chosen == ["mal-0", "mal-2"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="servicer.allocate_one counts an allocate answer of the wrong type in the metric "
-    "and refuses it with INTERNAL, but logs nothing: the operator's log never shows it",
-)
 def test_allocate_answer_of_wrong_type_is_logged_naming_the_driver(
     install, run_host, kubelet, caplog
 ):
@@ -582,11 +572,6 @@ def test_allocate_answer_of_wrong_type_is_logged_naming_the_driver(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="scan.clean_devices drops invalid devices with a log line but never counts them in "
-    "devicehost_driver_errors_total, whose documented meaning includes 'returned invalid data'",
-)
 def test_enumeration_with_invalid_devices_counts_as_a_driver_error(install, run_host, kubelet):
     """An enumeration that returns invalid devices (dropped) increments
     devicehost_driver_errors_total{driver,hook="devicehost_enumerate"}, so the documented
@@ -599,11 +584,6 @@ def test_enumeration_with_invalid_devices_counts_as_a_driver_error(install, run_
     assert errors(host, "malformed", "devicehost_enumerate") > 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="KubeletStandIn.allocate/options/preferred_allocation/pre_start create the aio call "
-    "in the caller's thread, which has no event loop off the main thread",
-)
 def test_stand_in_calls_from_any_thread(install, run_host, kubelet):
     """The kit's kubelet stand-in answers allocate() called from a worker thread, as driver
     authors' concurrency tests do (the fault suite works around it with as_kubelet())."""
@@ -615,12 +595,6 @@ def test_stand_in_calls_from_any_thread(install, run_host, kubelet):
     assert response.container_responses
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="lifecycle.ResourceRunner._keep_registered re-registers whenever kubelet.sock's "
-    "identity differs from the one seen before registering; when a retry already reached "
-    "the new kubelet before the watcher noticed it, the same kubelet is registered twice",
-)
 def test_late_kubelet_gets_one_registration(install, host_config, plugin_dir):
     """A kubelet that appears after the first registration attempts (as after every kubelet
     restart) is registered with exactly once, even when a retry reaches it before the
@@ -643,12 +617,6 @@ def test_late_kubelet_gets_one_registration(install, host_config, plugin_dir):
             assert kubelet.registration_count(RES) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Host._shutdown_driver runs shutdown through the driver's worker pool; when every "
-    "worker is stuck in a hung hook the call waits in the queue, times out after 2 s and "
-    "the driver's shutdown (often what would release the hung vendor call) never runs",
-)
 def test_shutdown_runs_even_when_every_worker_is_hung(install, run_host, kubelet):
     """With all of a driver's worker threads stuck in a hung allocate, stopping the host
     still calls the driver's shutdown hook."""
@@ -669,12 +637,6 @@ def test_shutdown_runs_even_when_every_worker_is_hung(install, run_host, kubelet
     assert ("devicehost_shutdown", {}) in driver.calls
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ResourceRunner.run takes its socket's identity after _serve returns; if the socket "
-    "is deleted in between (a kubelet restart cleaning the directory), the identity is None, "
-    "'gone' looks unchanged, and the resource stays registered on a socket that is not there",
-)
 def test_socket_deleted_right_after_it_is_served_is_served_again(
     install, run_host, kubelet, monkeypatch
 ):

@@ -675,11 +675,6 @@ HEADER = "apiVersion: devicehost/v1\nkind: HostConfig\n"
         pytest.param(HEADER + "drivers: " + "[" * 2000 + "]" * 2000, "", id="deep-nesting"),
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="config._positive_float lets OverflowError out of float(); _from_file catches only "
-    "yaml.YAMLError, so PyYAML's ValueError (int digit limit) and RecursionError escape",
-)
 def test_config_edge_documents_are_config_errors(document: str, key: str) -> None:
     """Documents at the edges of YAML and Python (huge integers, very deep nesting) are a
     ConfigError (naming the key when there is one), not an OverflowError, ValueError or
@@ -692,12 +687,6 @@ def test_config_edge_documents_are_config_errors(document: str, key: str) -> Non
 # -- the size of a refusal -------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="servicer refusals quote the whole request (every ID of a duplicate list, whole "
-    "unknown IDs): a 10 000-ID request gives a ~90 KB status message, which a gRPC-core "
-    "client (default 16 KiB metadata limit) receives as RESOURCE_EXHAUSTED",
-)
 def test_refusal_of_a_huge_request_stays_short(fz: FuzzHost) -> None:
     """A 10 000-ID request with a repeated ID, or a 100 000-character unknown ID, is refused
     with INVALID_ARGUMENT and a message of a few hundred bytes, which every gRPC client

@@ -198,12 +198,6 @@ def check_allocation_paths(hostile, kind: str, host_path: str, container_path: s
     assert not any("\x00" in k + v for k, v in texts)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Allocation.__post_init__ does not check that mounts/devices are Mount/DeviceNode "
-    "values and servicer.allocation_to_pb copies any object's host_path/container_path: a "
-    "look-alike object skips the path rules",
-)
 @pytest.mark.parametrize("field", ["devices", "mounts"])
 def test_look_alike_mount_or_device_cannot_smuggle_a_path(hostile, field):
     """An Allocation holding an object that merely looks like a DeviceNode or Mount (same

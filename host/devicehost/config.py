@@ -10,6 +10,7 @@ driver's ``devicehost_configure``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,15 +28,17 @@ def _positive_float(value: Any) -> float:
         raise ValueError("expected a positive number of seconds")
     try:
         number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"expected a positive number of seconds, got {value!r}") from None
-    if not number > 0:
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(
+            f"expected a positive number of seconds, got {str(value)[:40]!r}"
+        ) from None
+    if not (number > 0 and math.isfinite(number)):
         raise ValueError(f"expected a positive number of seconds, got {value!r}")
     return number
 
 
 def _path(value: Any) -> Path:
-    if not isinstance(value, str | Path) or not str(value):
+    if not isinstance(value, str | Path) or not str(value) or "\x00" in str(value):
         raise ValueError(f"expected a path, got {value!r}")
     return Path(value)
 
@@ -309,6 +312,8 @@ def _from_file(path: Path) -> dict[str, Any]:
         raise ConfigError(source, "", f"cannot read: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(source, "", f"not valid YAML: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # a 5000-digit number, nesting too deep
+        raise ConfigError(source, "", f"not a usable YAML document: {exc}") from None
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):

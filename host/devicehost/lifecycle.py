@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from devicehost.calls import WorkerPool, run_with_timeout
 from devicehost.config import HostConfig
 from devicehost.errors import ConfigError, DriverError, DriverUnavailable
 from devicehost.metrics import Gauge
@@ -56,6 +57,7 @@ class ResourceRunner:
         self.servicer = servicer
         self.socket_path = host.config.plugin_dir / spec.socket_name
         self.registered = asyncio.Event()
+        self.registered_with: object = None
         self.serving = asyncio.Event()
         self.restarts = 0
 
@@ -70,9 +72,12 @@ class ResourceRunner:
         pb_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
         server.add_insecure_port(f"unix:{self.socket_path}")
         await server.start()
-        st = os.lstat(self.socket_path)
-        if stat.S_ISSOCK(st.st_mode):
-            os.chmod(self.socket_path, 0o600)
+        try:
+            if stat.S_ISSOCK(os.lstat(self.socket_path).st_mode):
+                os.chmod(self.socket_path, 0o600)
+        except OSError:
+            await server.stop(None)  # never leak a server whose socket we cannot own
+            raise
         return server
 
     async def _serve_until_bound(self) -> grpc.aio.Server:
@@ -106,6 +111,8 @@ class ResourceRunner:
             on_attempt=self.host.telemetry.registration,
             tracing=self.host.telemetry.tracing,
         )
+        # Which kubelet took it: a kubelet.sock event for that same kubelet is no news.
+        self.registered_with = file_identity(config.kubelet_socket)
         self.registered.set()
 
     async def run(self) -> None:
@@ -136,24 +143,29 @@ class ResourceRunner:
         registering = asyncio.create_task(self._register(), name=f"register-{self.name}")
         try:
             while True:
-                await changed.wait()
-                changed.clear()
-                if file_identity(self.socket_path) != own:
+                # Checked first, not only after an event: the socket may vanish right
+                # after it was served, before any event reaches us.
+                if own is None or file_identity(self.socket_path) != own:
                     return "our socket was removed"
                 now = file_identity(kubelet_socket)
-                if now == kubelet:
-                    continue
-                kubelet = now
-                if now is None:
-                    log.info(
-                        "kubelet socket %s is gone; waiting for the kubelet to return",
-                        kubelet_socket,
-                    )
-                    continue
-                log.info("resource %r: kubelet.sock re-created; registering again", self.name)
-                await _cancel(registering)
-                self.registered.clear()
-                registering = asyncio.create_task(self._register(), name=f"register-{self.name}")
+                if now != kubelet:
+                    kubelet = now
+                    if now is None:
+                        log.info(
+                            "kubelet socket %s is gone; waiting for the kubelet to return",
+                            kubelet_socket,
+                        )
+                    elif not (self.registered.is_set() and now == self.registered_with):
+                        log.info(
+                            "resource %r: kubelet.sock re-created; registering again", self.name
+                        )
+                        await _cancel(registering)
+                        self.registered.clear()
+                        registering = asyncio.create_task(
+                            self._register(), name=f"register-{self.name}"
+                        )
+                await changed.wait()
+                changed.clear()
         finally:
             await _cancel(registering)
 
@@ -459,10 +471,22 @@ class Host:
         log.info("stopped")
 
     async def _shutdown_driver(self, driver: Driver) -> None:
+        # A thread of its own: every worker of the driver may be stuck in a hung hook.
+        pool = WorkerPool(f"shutdown-{driver.name}", size=1)
         try:
-            await driver.acall("devicehost_shutdown", SHUTDOWN_HOOK_SECONDS)
+            await run_with_timeout(
+                pool, lambda: driver.call("devicehost_shutdown"), SHUTDOWN_HOOK_SECONDS
+            )
+        except TimeoutError:
+            log.warning(
+                "driver %r, hook devicehost_shutdown: did not return within %.0f s",
+                driver.name,
+                SHUTDOWN_HOOK_SECONDS,
+            )
         except DriverError as exc:
             log.warning("%s", exc)
+        finally:
+            pool.close()
 
 
 async def serve(

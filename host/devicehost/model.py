@@ -164,6 +164,17 @@ class Allocation:
         object.__setattr__(self, "annotations", dict(self.annotations))
         object.__setattr__(self, "mounts", tuple(self.mounts))
         object.__setattr__(self, "devices", tuple(self.devices))
+        # Only our own types carry checked paths: a look-alike would skip the path rules.
+        for kind, items, cls in (
+            ("mount", self.mounts, Mount),
+            ("device", self.devices, DeviceNode),
+        ):
+            for item in items:
+                if type(item) is not cls:
+                    raise ValueError(
+                        f"{kind} {item!r} is a {type(item).__name__}, expected "
+                        f"devicehost.{cls.__name__}"
+                    )
         object.__setattr__(self, "cdi_devices", tuple(self.cdi_devices))
         for name in self.cdi_devices:
             if not _CDI_NAME_RE.match(name):

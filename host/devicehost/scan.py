@@ -27,8 +27,9 @@ WATCH_RESTART_MAX_SECONDS = 30.0
 
 def clean_devices(
     driver: str, resource: str, devices: Any, reported: set[str] | None = None
-) -> list[Device]:
-    """The valid, unique devices of an enumeration; each one dropped is logged once."""
+) -> tuple[list[Device], int]:
+    """The valid, unique devices of an enumeration, and how many were dropped (each distinct
+    problem is logged once)."""
     if (
         devices is None
         or isinstance(devices, str | bytes | Mapping)
@@ -41,6 +42,7 @@ def clean_devices(
         )
     reported = set() if reported is None else reported
     kept: dict[str, Device] = {}
+    dropped = 0
     for device in devices:
         if not isinstance(device, Device):
             problem: str | None = f"returned {type(device).__name__} {device!r}, expected Device"
@@ -50,10 +52,12 @@ def clean_devices(
             problem = device.problem()
         if problem is None:
             kept[device.id] = device
-        elif problem not in reported:
+            continue
+        dropped += 1
+        if problem not in reported:
             reported.add(problem)
             log.error("driver %r, resource %r: %s; device dropped", driver, resource, problem)
-    return list(kept.values())
+    return list(kept.values()), dropped
 
 
 class Scanner:
@@ -87,7 +91,9 @@ class Scanner:
         for name, state in self.states.items():
             try:
                 raw = await self.driver.acall("devicehost_enumerate", self.timeout, resource=name)
-                devices = clean_devices(self.driver.name, name, raw, self._reported)
+                devices, dropped = clean_devices(self.driver.name, name, raw, self._reported)
+                if dropped and self.on_error:
+                    self.on_error(self.driver.name, "devicehost_enumerate")
             except DriverError as exc:
                 if self.on_error:
                     self.on_error(self.driver.name, exc.hook)

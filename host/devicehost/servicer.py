@@ -70,10 +70,32 @@ def _encode(device: Device) -> bytes:
     return pb.ListAndWatchResponse(devices=[entry]).SerializeToString()
 
 
+MAX_MESSAGE = 1000
+
+
 def driver_refusal(exc: DriverError) -> Refusal:
     timed_out = isinstance(exc, DriverTimeout)
     code = grpc.StatusCode.DEADLINE_EXCEEDED if timed_out else grpc.StatusCode.INTERNAL
-    return Refusal(code, str(exc))
+    message = str(exc)
+    if len(message) > MAX_MESSAGE:
+        message = message[: MAX_MESSAGE - 1] + "…"
+    return Refusal(code, message)
+
+
+def shorten_id(device_id: str, limit: int = 80) -> str:
+    """An ID quoted for a message, cut short: refusals must stay small for any request."""
+    text = repr(device_id)
+    return text if len(text) <= limit else text[: limit - 4] + "…'"
+
+
+def shorten(ids: Any, limit: int = 5) -> str:
+    """A list of IDs quoted for a message: the first few, then how many in all."""
+    try:
+        items = list(ids)
+    except TypeError:
+        return shorten_id(repr(ids))
+    shown = ", ".join(shorten_id(str(i)) for i in items[:limit])
+    return f"[{shown}]" if len(items) <= limit else f"[{shown}, … {len(items)} in all]"
 
 
 def _result(code: grpc.StatusCode | None) -> str:
@@ -137,7 +159,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         if len(set(device_ids)) != len(device_ids):
             raise Refusal(
                 grpc.StatusCode.INVALID_ARGUMENT,
-                f"{where}: a device ID is named twice in {list(device_ids)!r}",
+                f"{where}: a device ID is named twice in {shorten(device_ids)}",
             )
         devices = self.state.devices
         for device_id in device_ids:
@@ -145,12 +167,12 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             if device is None:
                 raise Refusal(
                     grpc.StatusCode.INVALID_ARGUMENT,
-                    f"unknown device ID {device_id!r} for {where}",
+                    f"unknown device ID {shorten_id(device_id)} for {where}",
                 )
             if healthy and not device.healthy:
                 raise Refusal(
                     grpc.StatusCode.FAILED_PRECONDITION,
-                    f"device {device_id!r} of {where} is Unhealthy",
+                    f"device {shorten_id(device_id)} of {where} is Unhealthy",
                 )
 
     async def call_driver(
@@ -179,13 +201,13 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         )
         if not isinstance(allocation, Allocation):
             self.telemetry.driver_error(self.driver.name, "devicehost_allocate")
-            raise driver_refusal(
-                DriverError(
-                    self.driver.name,
-                    "devicehost_allocate",
-                    f"returned {type(allocation).__name__}, expected Allocation",
-                )
+            error = DriverError(
+                self.driver.name,
+                "devicehost_allocate",
+                f"returned {type(allocation).__name__}, expected Allocation",
             )
+            log.error("%s (resource %r)", error, self.resource)
+            raise driver_refusal(error)
         return allocation_to_pb(allocation)
 
     async def prefer_one(self, request: pb.ContainerPreferredAllocationRequest) -> list[str]:
@@ -201,7 +223,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         if not set(must) <= set(available) or len(must) > size:
             raise Refusal(
                 grpc.StatusCode.INVALID_ARGUMENT,
-                f"{where}: must-include devices {must!r} are not all available, or "
+                f"{where}: must-include devices {shorten(must)} are not all available, or "
                 f"more than the {size} requested",
             )
         self.check_known(available, healthy=False)
@@ -229,22 +251,26 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             return None
         if answer is None:
             return None
-        chosen = list(answer)
-        if (
-            len(chosen) == size == len(set(chosen))
-            and set(chosen) <= set(available)
-            and set(must) <= set(chosen)
-        ):
+        try:
+            chosen = list(answer)
+            valid = (
+                len(chosen) == size == len(set(chosen))
+                and set(chosen) <= set(available)
+                and set(must) <= set(chosen)
+            )
+        except TypeError:  # not iterable, or unhashable elements
+            chosen, valid = answer, False
+        if valid:
             return chosen
         self.telemetry.driver_error(self.driver.name, hook)
         log.error(
-            "driver %r, hook %s: returned %r, not %d distinct available IDs including %r; "
+            "driver %r, hook %s: returned %s, not %d distinct available IDs including %s; "
             "using the host's default choice for resource %r",
             self.driver.name,
             hook,
-            chosen,
+            shorten(chosen),
             size,
-            must,
+            shorten(must),
             self.resource,
         )
         return None

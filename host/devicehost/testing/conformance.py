@@ -75,13 +75,14 @@ class _Battery:
     def resource(self, name: str) -> None:
         try:
             raw = self.call("devicehost_enumerate", resource=name)
-            devices = clean_devices(self.driver.name, name, raw, set())
+            devices, dropped = clean_devices(self.driver.name, name, raw, set())
         except DriverError as exc:
             self.problems.append(str(exc))
             return
-        if len(devices) != len(list(raw)):
+        if dropped:
             self.problems.append(
-                f"{name}: enumerate returned invalid or duplicate devices (see the log for each)"
+                f"{name}: enumerate returned {dropped} invalid or duplicate devices (see the "
+                "log for each)"
             )
         self.report.devices[name] = len(devices)
         healthy = [d.id for d in devices if d.healthy]

@@ -191,7 +191,12 @@ class KubeletStandIn:
         old = self.endpoints.pop(request.resource_name, None)
         if old is not None:
             await self._close_endpoint(old)
-        channel = grpc.aio.insecure_channel(f"unix://{self.plugin_dir / request.endpoint}")
+        # A channel of its own, as the kubelet has per plugin: never inherit another
+        # channel's failed connection to the same path (e.g. a socket just re-created).
+        channel = grpc.aio.insecure_channel(
+            f"unix://{self.plugin_dir / request.endpoint}",
+            options=[("grpc.use_local_subchannel_pool", 1)],
+        )
         endpoint = PluginEndpoint(request, channel, pb_grpc.DevicePluginStub(channel))
         self.endpoints[request.resource_name] = endpoint
         endpoint.stream = asyncio.create_task(self._list_and_watch(endpoint))
@@ -213,6 +218,15 @@ class KubeletStandIn:
             with contextlib.suppress(asyncio.CancelledError):
                 await endpoint.stream
         await endpoint.channel.close()
+
+    def _call(self, resource: str, method: str, request: Any, timeout: float | None = 30.0) -> Any:
+        """Call ``method`` of the plugin serving ``resource``, from any thread: the gRPC call
+        is created on the stand-in's own loop."""
+
+        async def call() -> Any:
+            return await getattr(self._stub(resource), method)(request, timeout=timeout)
+
+        return self._run(call(), None)
 
     def _stub(self, resource: str) -> DevicePluginAsyncStub:
         endpoint = self.endpoints.get(resource)
@@ -291,7 +305,10 @@ class KubeletStandIn:
         )
 
     def options(self, resource: str) -> pb.DevicePluginOptions:
-        return self._run(self._stub(resource).GetDevicePluginOptions(pb.Empty()))
+        options: pb.DevicePluginOptions = self._call(
+            resource, "GetDevicePluginOptions", pb.Empty()
+        )
+        return options
 
     def allocate(
         self, resource: str, containers: Sequence[Sequence[str]], timeout: float | None = 30.0
@@ -302,7 +319,8 @@ class KubeletStandIn:
                 pb.ContainerAllocateRequest(devices_ids=list(ids)) for ids in containers
             ]
         )
-        return self._run(self._stub(resource).Allocate(request, timeout=timeout), None)
+        response: pb.AllocateResponse = self._call(resource, "Allocate", request, timeout)
+        return response
 
     def preferred_allocation(
         self,
@@ -320,14 +338,12 @@ class KubeletStandIn:
                 )
             ]
         )
-        response = self._run(self._stub(resource).GetPreferredAllocation(request))
+        response = self._call(resource, "GetPreferredAllocation", request)
         return list(response.container_responses[0].deviceIDs)
 
     def pre_start(self, resource: str, device_ids: Sequence[str]) -> None:
-        self._run(
-            self._stub(resource).PreStartContainer(
-                pb.PreStartContainerRequest(devices_ids=list(device_ids))
-            )
+        self._call(
+            resource, "PreStartContainer", pb.PreStartContainerRequest(devices_ids=list(device_ids))
         )
 
 
