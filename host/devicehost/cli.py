@@ -242,6 +242,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The span exporter and driver threads share the GIL with the request loop; a short
         # switch interval bounds how long a kubelet request can wait for it (default 5 ms).
         sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+        # Every file the daemon creates is private from birth: sockets are 0600 before the
+        # chmod that makes sure of it (CDI specs are made readable explicitly).
+        os.umask(0o077)
         asyncio.run(serve(config))
         return 0
     except ConfigError as exc:
