@@ -18,7 +18,6 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -30,8 +29,8 @@ import pytest
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost.plugins import DriverStatus
-from devicehost.testing import HostThread, KubeletStandIn, write_distribution
-from support import SCRIPTED, eventually
+from devicehost.testing import HostThread, KubeletStandIn
+from support import SCRIPTED, eventually, run_scripted
 from testdrivers.faulty import MALFORMED_EXTRAS
 
 RES = "test.example/dev"
@@ -258,20 +257,8 @@ def test_kubelet_restarted_50_times_without_inotify(install, host_config, kubele
 
 def devicehost_run(tmp_path: Path, plugin_dir: Path, log: Path) -> subprocess.Popen[bytes]:
     """`devicehost run` in its own process, serving the scripted driver 'alpha' (3 devices)."""
-    site = tmp_path / "site"
-    if not site.exists():
-        write_distribution(site, "devicehost-alpha", {"devicehost.drivers": {"alpha": SCRIPTED}})
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "apiVersion: devicehost/v1\nkind: HostConfig\n"
-        f"drivers:\n  alpha:\n    resources: {{'{RES}': 3}}\n"
-    )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.path.dirname(__file__)])}
-    command = [sys.executable, "-m", "devicehost.cli", "run", "--config", str(config)]
-    command += ["--plugin-dir", str(plugin_dir), "--drivers", "alpha"]
-    command += ["--metrics-address", "", "--pod-resources-socket", ""]
     with log.open("ab") as stderr:
-        return subprocess.Popen(command, env=env, stderr=stderr)
+        return run_scripted(tmp_path, plugin_dir, RES, 3, stderr)
 
 
 def test_kill_9_then_restart_cleans_stale_socket_and_reregisters(tmp_path, plugin_dir, kubelet):

@@ -5,14 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from devicehost.testing import HostThread, KubeletStandIn, write_distribution
-from support import SCRIPTED, eventually
+from devicehost.testing import HostThread, KubeletStandIn
+from support import SCRIPTED, eventually, run_scripted
 
 RES = "test.example/dev"
 SOCKET = "devicehost-test.example_dev.sock"
@@ -195,36 +193,8 @@ def test_stop_ends_streams_removes_sockets_and_shuts_drivers_down(install, run_h
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signal_stops_process_cleanly(tmp_path, plugin_dir, signum):
     """`devicehost run` exits 0 on SIGTERM/SIGINT within 5 s and removes its socket."""
-    site = tmp_path / "site"
-    write_distribution(site, "devicehost-alpha", {"devicehost.drivers": {"alpha": SCRIPTED}})
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "apiVersion: devicehost/v1\nkind: HostConfig\n"
-        f"drivers:\n  alpha:\n    resources: {{'{RES}': 1}}\n"
-    )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.path.dirname(__file__)])}
     with KubeletStandIn(plugin_dir, start=True) as kubelet:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "devicehost.cli",
-                "run",
-                "--config",
-                str(config),
-                "--plugin-dir",
-                str(plugin_dir),
-                "--drivers",
-                "alpha",
-                "--metrics-address",
-                "",
-                "--pod-resources-socket",
-                "",
-            ],
-            env=env,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        process = run_scripted(tmp_path, plugin_dir, RES, 1)
         try:
             kubelet.wait_registered(RES, timeout=20)
             process.send_signal(signum)
@@ -232,4 +202,4 @@ def test_signal_stops_process_cleanly(tmp_path, plugin_dir, signum):
         finally:
             process.kill()
         assert not (plugin_dir / SOCKET).exists()
-        assert "stopped" in process.stderr.read()
+        assert b"stopped" in process.stderr.read()
