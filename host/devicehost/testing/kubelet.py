@@ -305,9 +305,7 @@ class KubeletStandIn:
         )
 
     def options(self, resource: str) -> pb.DevicePluginOptions:
-        options: pb.DevicePluginOptions = self._call(
-            resource, "GetDevicePluginOptions", pb.Empty()
-        )
+        options: pb.DevicePluginOptions = self._call(resource, "GetDevicePluginOptions", pb.Empty())
         return options
 
     def allocate(
