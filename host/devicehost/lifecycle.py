@@ -197,7 +197,6 @@ class Host:
         self.plugins: PluginSet | None = None
         self.resources: dict[str, Resource] = {}
         self.scanners: list[Scanner] = []
-        self.kubelet_restarts = 0
         self.watcher = DirectoryWatcher(config.plugin_dir)
         self.status_server: StatusServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -257,7 +256,6 @@ class Host:
                 now = file_identity(self.config.kubelet_socket)
                 if now is not None and now != seen:
                     if seen is not None:
-                        self.kubelet_restarts += 1
                         self.telemetry.metrics.kubelet_restarts.inc()
                         log.warning(
                             "kubelet restart detected: %s was re-created",
