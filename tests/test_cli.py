@@ -31,6 +31,24 @@ def scripted_site(tmp_path: Path) -> Path:
     return site
 
 
+def run_with_alpha(
+    tmp_path: Path, command: str, body: str, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """`devicehost COMMAND` with only the scripted driver 'alpha' and config ``body``."""
+    path = config_file(tmp_path, body)
+    return devicehost(
+        command,
+        "--config",
+        str(path),
+        "--drivers",
+        "alpha",
+        "--root",
+        str(tmp_path),
+        *extra,
+        site=scripted_site(tmp_path),
+    )
+
+
 def config_file(tmp_path: Path, body: str) -> Path:
     path = tmp_path / "host.yaml"
     path.write_text("apiVersion: devicehost/v1\nkind: HostConfig\n" + body)
@@ -78,16 +96,8 @@ def test_config_error_exits_2_with_the_key(tmp_path):
 
 def test_config_checks_driver_sections_through_the_driver(tmp_path):
     """A driver section the driver rejects fails `devicehost config` with its key path."""
-    path = config_file(tmp_path, "drivers:\n  alpha:\n    resources: {a.example/x: lots}\n")
-    result = devicehost(
-        "config",
-        "--config",
-        str(path),
-        "--drivers",
-        "alpha",
-        "--root",
-        str(tmp_path),
-        site=scripted_site(tmp_path),
+    result = run_with_alpha(
+        tmp_path, "config", "drivers:\n  alpha:\n    resources: {a.example/x: lots}\n"
     )
     assert result.returncode == 2
     assert "drivers.alpha: resources.a.example/x: expected a device count" in result.stderr
@@ -95,15 +105,8 @@ def test_config_checks_driver_sections_through_the_driver(tmp_path):
 
 def test_drivers_json_lists_status_and_resources(tmp_path):
     """`drivers --json` gives each driver's distribution, version, status and resources."""
-    path = config_file(tmp_path, "drivers:\n  alpha:\n    resources: {a.example/x: 2}\n")
-    result = devicehost(
-        "drivers",
-        "--json",
-        "--config",
-        str(path),
-        "--root",
-        str(tmp_path),
-        site=scripted_site(tmp_path),
+    result = run_with_alpha(
+        tmp_path, "drivers", "drivers:\n  alpha:\n    resources: {a.example/x: 2}\n", "--json"
     )
     assert result.returncode == 0, result.stderr
     alpha = next(r for r in json.loads(result.stdout) if r["name"] == "alpha")
@@ -115,17 +118,8 @@ def test_drivers_json_lists_status_and_resources(tmp_path):
 
 def test_devices_json_shows_ids_health_and_numa(tmp_path):
     """`devices --json` enumerates once and shows every device with health and NUMA."""
-    path = config_file(tmp_path, "drivers:\n  alpha:\n    resources: {a.example/x: 2}\n")
-    result = devicehost(
-        "devices",
-        "--json",
-        "--config",
-        str(path),
-        "--drivers",
-        "alpha",
-        "--root",
-        str(tmp_path),
-        site=scripted_site(tmp_path),
+    result = run_with_alpha(
+        tmp_path, "devices", "drivers:\n  alpha:\n    resources: {a.example/x: 2}\n", "--json"
     )
     assert result.returncode == 0, result.stderr
     devices = json.loads(result.stdout)["resources"]["a.example/x"]["devices"]
@@ -137,16 +131,8 @@ def test_devices_json_shows_ids_health_and_numa(tmp_path):
 
 def test_devices_text_output(tmp_path):
     """Plain `devices` prints one line per device under its resource."""
-    path = config_file(tmp_path, "drivers:\n  alpha:\n    resources: {a.example/x: 1}\n")
-    result = devicehost(
-        "devices",
-        "--config",
-        str(path),
-        "--drivers",
-        "alpha",
-        "--root",
-        str(tmp_path),
-        site=scripted_site(tmp_path),
+    result = run_with_alpha(
+        tmp_path, "devices", "drivers:\n  alpha:\n    resources: {a.example/x: 1}\n"
     )
     assert "a.example/x (driver alpha): 1 devices" in result.stdout
     assert "dev-0" in result.stdout and "Healthy" in result.stdout
@@ -154,10 +140,7 @@ def test_devices_text_output(tmp_path):
 
 def test_unknown_driver_section_is_warned_about(tmp_path):
     """A config section for a driver that is not installed is reported, not silently lost."""
-    path = config_file(tmp_path, "drivers:\n  nvida:\n    replicas: 2\n")
-    result = devicehost(
-        "config", "--config", str(path), "--drivers", "alpha", site=scripted_site(tmp_path)
-    )
+    result = run_with_alpha(tmp_path, "config", "drivers:\n  nvida:\n    replicas: 2\n")
     assert result.returncode == 0
     assert "config drivers.nvida: no installed driver is named 'nvida'" in result.stderr
 
