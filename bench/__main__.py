@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 
 from bench import benchmarks
@@ -36,7 +35,6 @@ QUICK = {
 
 
 def main() -> None:
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # no grpc chatter on kubelet restarts
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
