@@ -59,7 +59,6 @@ class ResourceRunner:
         self.registered = asyncio.Event()
         self.registered_with: object = None
         self.serving = asyncio.Event()
-        self.restarts = 0
 
     def _remove_socket(self) -> None:
         """Remove whatever is at our path without following it (stale socket, planted link)."""
@@ -125,7 +124,6 @@ class ResourceRunner:
                 finally:
                     self.registered.clear()
                     await server.stop(None)
-                self.restarts += 1
                 log.info(
                     "resource %r: %s; serving again on a fresh socket and re-registering",
                     self.name,
