@@ -1,7 +1,8 @@
 """devicehost: one Kubernetes device-plugin host for every accelerator and NIC vendor.
 
 What a driver needs is here: ``hookimpl`` to mark hook functions, the model it returns
-(``ResourceSpec``, ``Device``, ``Health``, ``Allocation``, ``Mount``, ``DeviceNode``) and the
+(``ResourceSpec``, ``Device``, ``Health``, ``ContainerEdits`` (alias ``Allocation``), ``Mount``,
+``DeviceNode``, ``HostPath``) and the
 exceptions it raises (``DriverUnavailable``, ``UnknownDevice``), and ``natural_key`` to order
 device names as people do (``gpu-2`` before ``gpu-10``). Everything else is the
 host's business. The testing kit is ``devicehost.testing``.
@@ -19,7 +20,16 @@ from devicehost.errors import (
     UnknownDevice,
 )
 from devicehost.hookspecs import hookimpl
-from devicehost.model import Allocation, Device, DeviceNode, Health, Mount, ResourceSpec
+from devicehost.model import (
+    Allocation,
+    ContainerEdits,
+    Device,
+    DeviceNode,
+    Health,
+    HostPath,
+    Mount,
+    ResourceSpec,
+)
 
 try:
     __version__ = version("devicehost")
@@ -29,6 +39,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 __all__ = [
     "Allocation",
     "ConfigError",
+    "ContainerEdits",
     "Device",
     "DeviceNode",
     "DevicehostError",
@@ -36,6 +47,7 @@ __all__ = [
     "DriverTimeout",
     "DriverUnavailable",
     "Health",
+    "HostPath",
     "Mount",
     "ResourceSpec",
     "UnknownDevice",

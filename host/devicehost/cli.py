@@ -51,6 +51,7 @@ _FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "scan_interval": ("--scan-interval", {"metavar": "SECONDS"}),
     "hook_timeout": ("--hook-timeout", {"metavar": "SECONDS"}),
     "simulate": ("--simulate", {"action": "store_const", "const": True}),
+    "simulate_node": ("--node", {"metavar": "NAME"}),
     "log_format": ("--log-format", {"choices": ["text", "json"]}),
     "log_level": ("--log-level", {"choices": ["debug", "info", "warning", "error"]}),
     "metrics_address": ("--metrics-address", {"metavar": "HOST:PORT"}),

@@ -131,6 +131,7 @@ class HostConfig:
     max_backoff: float = 10.0
     rejected_backoff: float = 60.0
     simulate: bool = False
+    simulate_node: str = ""
     log_format: str = "text"
     log_level: str = "info"
     metrics_address: str = "127.0.0.1:9400"
@@ -247,6 +248,13 @@ SETTINGS: tuple[Setting, ...] = (
         _boolean,
         "DEVICEHOST_SIMULATE",
         "serve every driver on its simulated hardware",
+    ),
+    Setting(
+        "simulateNode",
+        "simulate_node",
+        _text,
+        "DEVICEHOST_SIMULATE_NODE",
+        "with simulate: the published machine to simulate (devicehost demo --list-nodes)",
     ),
     Setting(
         "log.format",

@@ -26,7 +26,7 @@ from typing import Any
 
 import pluggy
 
-from devicehost.model import Allocation, Device, ResourceSpec
+from devicehost.model import Allocation, Device, HostPath, ResourceSpec
 
 PROJECT = "devicehost"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -37,7 +37,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def devicehost_simulate(root: Path) -> None:
+def devicehost_simulate(root: Path, config: Mapping[str, Any], node: str) -> None:
     """Build this driver's simulated hardware under ``root``.
 
     Called once, before ``configure``, only by ``devicehost demo`` and
@@ -45,8 +45,14 @@ def devicehost_simulate(root: Path) -> None:
     testing kit's ``FakeRoot`` helps) and prepare the simulated vendor library, so the
     rest of the driver runs the same code paths as on real hardware.
 
-    :param root: an empty-or-shared directory that stands in for the host's ``/``; the
-        same path is passed to ``configure`` as ``root``.
+    :param root: an empty directory of this driver's own that stands in for the host's
+        ``/``; the same path is passed to ``configure`` as ``root``.
+    :param config: this driver's config section (the one ``configure`` will get), so a
+        simulation can follow it (how many devices, which mode).
+    :param node: the name of the simulated machine to build (``--node``), such as
+        ``dgx-h100`` or ``atlas-800-9000``; ``""`` means the driver's default. Build only
+        this driver's part of that machine, and nothing when it has none of your hardware.
+        ``devicehost demo --list-nodes`` lists the names.
     """
 
 
@@ -85,6 +91,32 @@ def devicehost_notes() -> Sequence[str]:
     ``devicehost devices`` and logged at start: a fallback taken ("no DCMI library; chips
     found from /dev"), a start-up check that failed ("RDMA namespace mode is exclusive:
     shared pools are unusable"), a pool that matched nothing and why.
+    """
+
+
+@hookspec
+def devicehost_labels() -> Mapping[str, str]:
+    """Describe this node's hardware as node feature labels.
+
+    Optional. Called after ``resources`` and again after each scan that changed a device.
+    Return ``{key: value}``; the host writes each as
+    ``devicehost.feature.node.kubernetes.io/<driver>.<key>=<value>`` into a
+    node-feature-discovery local feature file. Use the shared vocabulary where it fits
+    (``present``, ``count``, ``product``, ``family``, ``memory-mib``, ``driver-version``,
+    ``firmware-version``, ``mig-capable``, ``link-layer``): keys are lower case, at most 40
+    characters of ``[a-z0-9.-]``; values at most 63 characters of ``[A-Za-z0-9._-]``.
+    Anything else is dropped with a log line naming you.
+    """
+
+
+@hookspec
+def devicehost_host_paths() -> Sequence[HostPath]:
+    """Return every host path this driver reads, so the deployment mounts only those.
+
+    Optional; called without ``configure`` (by ``devicehost mounts``) as well as after it,
+    so answer from what the driver may read on any node, not only this one: sysfs
+    subtrees, ``/dev`` subtrees, vendor library and driver directories. The manifests
+    mount exactly the union of every installed driver's paths and the host's own.
     """
 
 
@@ -132,12 +164,18 @@ def devicehost_preferred_allocation(
 
 
 @hookspec(firstresult=True)
-def devicehost_allocate(resource: str, device_ids: Sequence[str]) -> Allocation:
-    """Return what one container needs to use ``device_ids``.
+def devicehost_allocate(resource: str, device_ids: Sequence[str]) -> Allocation | None:
+    """Do work that must happen at allocation time; return extra edits for one container.
 
-    Stops at the first non-None result. The host has already checked that every ID is
-    advertised and Healthy; still raise (ideally ``devicehost.UnknownDevice``) for an ID
-    you do not know. Policy plugins may wrap this hook to add to the answer.
+    Optional, and rarely needed: what a device needs in a container is declared with the
+    device (``Device.edits``) and the resource (``ResourceSpec.edits``), and the host
+    composes every Allocate answer from those without calling the driver. Implement this
+    only for work that cannot be known before the request (a per-allocation token, a
+    partition created on demand). Stops at the first non-None result; the answer is merged
+    with the composed edits, and a clash with them refuses the Allocate. The host has
+    already checked that every ID is advertised and Healthy; still raise (ideally
+    ``devicehost.UnknownDevice``) for an ID you do not know. Policy plugins may wrap this
+    hook to add to the answer.
     """
 
 
@@ -177,6 +215,8 @@ HOOK_NAMES: tuple[str, ...] = (
     "devicehost_configure",
     "devicehost_resources",
     "devicehost_notes",
+    "devicehost_labels",
+    "devicehost_host_paths",
     "devicehost_enumerate",
     "devicehost_watch",
     "devicehost_preferred_allocation",

@@ -214,10 +214,6 @@ class Host:
             )
         )
 
-    @property
-    def root(self) -> Path:
-        return self._sim_root or self.config.root
-
     def _device_counts(self) -> list[tuple[dict[str, str], float]]:
         samples = []
         for name, resource in sorted(self.resources.items()):
@@ -338,18 +334,41 @@ class Host:
                 log.info("driver %s: %s", info.name, note)
 
     async def _simulate(self) -> None:
-        """Let every driver build its simulated node, concurrently (they are independent)."""
+        """Let every driver build its simulated node, concurrently, each in a tree of its
+        own under a fresh temporary directory: never inside ``--root`` (on a real node that
+        is the host's ``/``), and never shared, so one driver's fake devices cannot collide
+        with another's."""
         assert self.plugins is not None
-        if self.config.root == Path("/"):
-            self._sim_root = Path(tempfile.mkdtemp(prefix="devicehost-sim-"))
-        log.info("simulating hardware under %s", self.root)
+        self._sim_root = Path(tempfile.mkdtemp(prefix="devicehost-sim-"))
+        node = self.config.simulate_node or "each driver's default"
+        log.info("simulating hardware (%s) under %s", node, self._sim_root)
         drivers = [d for d in self.plugins.drivers if d.implements("devicehost_simulate")]
         await asyncio.gather(*(self._simulate_driver(d) for d in drivers))
+
+    def driver_root(self, driver: Driver) -> Path:
+        """The host's ``/`` as this driver sees it: its own simulated tree, or ``--root``."""
+        if self._sim_root is None:
+            return self.config.root
+        root = self._sim_root / driver.name
+        root.mkdir(exist_ok=True)
+        return root
+
+    def simulated_root(self, driver: str) -> Path | None:
+        """The simulated tree of the driver named ``driver``, or None when not simulating."""
+        if self._sim_root is None or not (self._sim_root / driver).is_dir():
+            return None
+        return self._sim_root / driver
 
     async def _simulate_driver(self, driver: Driver) -> None:
         assert self.plugins is not None
         try:
-            await driver.acall("devicehost_simulate", self.config.hook_timeout, root=self.root)
+            await driver.acall(
+                "devicehost_simulate",
+                self.config.hook_timeout,
+                root=self.driver_root(driver),
+                config=self.config.driver_section(driver.name),
+                node=self.config.simulate_node,
+            )
         except DriverError as exc:
             self.plugins.mark(driver, DriverStatus.FAILED, str(exc))
             log.error("%s; the driver is skipped", exc)
@@ -363,7 +382,7 @@ class Host:
                 "devicehost_configure",
                 timeout,
                 config=self.config.driver_section(driver.name),
-                root=self.root,
+                root=self.driver_root(driver),
                 simulated=self.config.simulate,
             )
             specs = await driver.acall("devicehost_resources", timeout)
@@ -412,7 +431,7 @@ class Host:
                 continue
             state = ResourceState(spec.name)
             states[spec.name] = state
-            servicer = DevicePluginServicer(spec.name, driver, state, timeout, self.telemetry)
+            servicer = DevicePluginServicer(spec, driver, state, timeout, self.telemetry)
             self.resources[spec.name] = Resource(spec, driver, state, servicer)
         self.scanners.append(
             Scanner(

@@ -63,59 +63,6 @@ def _check_host_path(kind: str, path: str) -> None:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ResourceSpec:
-    """One extended resource a driver serves: one socket, one registration."""
-
-    name: str
-
-    def __post_init__(self) -> None:
-        problem = resource_name_problem(self.name)
-        if problem:
-            raise ValueError(problem)
-
-    @property
-    def socket_name(self) -> str:
-        """The socket's file name in the device-plugin directory: unique per resource."""
-        return "devicehost-" + re.sub(r"[^A-Za-z0-9_.-]", "_", self.name) + ".sock"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Device:
-    """One schedulable unit: an ID (at most 63 characters), its health, its NUMA nodes."""
-
-    id: str
-    health: Health = Health.HEALTHY
-    numa_nodes: tuple[int, ...] = ()
-
-    def __post_init__(self) -> None:
-        # Not validated here: the host checks each device at enumeration and drops only the
-        # bad one (with a log line naming the driver), instead of failing the whole list.
-        if type(self.numa_nodes) is not tuple:
-            object.__setattr__(self, "numa_nodes", tuple(self.numa_nodes))
-
-    @property
-    def healthy(self) -> bool:
-        return self.health == Health.HEALTHY
-
-    def problem(self) -> str | None:
-        """Why the kubelet cannot be sent this device, or None when it can."""
-        id_problem = device_id_problem(self.id)
-        if id_problem:
-            return id_problem
-        if self.health not in _LEGAL_HEALTH:
-            return f"device {self.id!r} has health {self.health!r}; expected Healthy or Unhealthy"
-        for node in self.numa_nodes:
-            if type(node) is not int or node < 0:
-                return (
-                    f"device {self.id!r} has NUMA nodes {self.numa_nodes!r}; expected integers >= 0"
-                )
-        return None
-
-
-_LEGAL_HEALTH = frozenset(Health)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class Mount:
     """A host path bind-mounted into the container."""
 
@@ -130,7 +77,10 @@ class Mount:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DeviceNode:
-    """A host device node made available in the container (cgroup permissions ``rwm``)."""
+    """A host device node made available in the container.
+
+    ``permissions`` is the cgroup access, a subset of ``rwm``; the default ``rw`` lets the
+    container read and write the node but not create device nodes (``m``)."""
 
     host_path: str
     container_path: str = ""
@@ -146,8 +96,14 @@ class DeviceNode:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Allocation:
-    """What one container gets for its devices: envs, mounts, device nodes, annotations, CDI."""
+class ContainerEdits:
+    """What a container needs: envs, mounts, device nodes, annotations, CDI device names.
+
+    Shaped like CDI's ``containerEdits``. A driver declares them per device
+    (``Device.edits``) and per resource (``ResourceSpec.edits``, given to every container
+    of the resource); the host composes each container's answer from them, without calling
+    the driver. ``Allocation`` is the same type under the name the ``allocate`` hook uses.
+    """
 
     envs: Mapping[str, str] = field(default_factory=dict)
     mounts: tuple[Mount, ...] = ()
@@ -180,12 +136,119 @@ class Allocation:
             if not _CDI_NAME_RE.match(name):
                 raise ValueError(f"CDI device name {name!r} is not 'vendor.com/class=name'")
 
-    def merged(self, other: Allocation) -> Allocation:
-        """This allocation plus ``other``'s items (policy plugins use it to add to an answer)."""
-        return Allocation(
+    def __hash__(self) -> int:
+        return hash(
+            (
+                tuple(self.envs.items()),
+                self.mounts,
+                self.devices,
+                tuple(self.annotations.items()),
+                self.cdi_devices,
+            )
+        )
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.envs or self.mounts or self.devices or self.annotations or self.cdi_devices
+        )
+
+    def merged(self, other: ContainerEdits) -> ContainerEdits:
+        """These edits plus ``other``'s items, ``other`` winning on a shared key (no checks;
+        the host's composition checks clashes)."""
+        return ContainerEdits(
             envs={**self.envs, **other.envs},
             mounts=self.mounts + other.mounts,
             devices=self.devices + other.devices,
             annotations={**self.annotations, **other.annotations},
             cdi_devices=self.cdi_devices + other.cdi_devices,
         )
+
+
+#: The ``allocate`` hook's answer: the same type as ``ContainerEdits``.
+Allocation = ContainerEdits
+NO_EDITS = ContainerEdits()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ResourceSpec:
+    """One extended resource a driver serves: one socket, one registration.
+
+    ``edits`` go to every container that gets any device of the resource (shared device
+    nodes such as ``/dev/nvidiactl``). ``joined_envs`` names the env variables that
+    several devices contribute to: their values are joined with commas, de-duplicated, in
+    request order (``NVIDIA_VISIBLE_DEVICES``). Any other variable set by two devices must
+    agree, or the Allocate is refused as a clash.
+    """
+
+    name: str
+    edits: ContainerEdits = NO_EDITS
+    joined_envs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        problem = resource_name_problem(self.name)
+        if problem:
+            raise ValueError(problem)
+        if type(self.joined_envs) is not tuple:
+            object.__setattr__(self, "joined_envs", tuple(self.joined_envs))
+
+    @property
+    def socket_name(self) -> str:
+        """The socket's file name in the device-plugin directory: unique per resource."""
+        return "devicehost-" + re.sub(r"[^A-Za-z0-9_.-]", "_", self.name) + ".sock"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Device:
+    """One schedulable unit: an ID (at most 63 characters), its health, its NUMA nodes, and
+    the container edits it needs (its device nodes, its share of an env variable, …)."""
+
+    id: str
+    health: Health = Health.HEALTHY
+    numa_nodes: tuple[int, ...] = ()
+    edits: ContainerEdits = NO_EDITS
+
+    def __post_init__(self) -> None:
+        # Not validated here: the host checks each device at enumeration and drops only the
+        # bad one (with a log line naming the driver), instead of failing the whole list.
+        if type(self.numa_nodes) is not tuple:
+            object.__setattr__(self, "numa_nodes", tuple(self.numa_nodes))
+
+    @property
+    def healthy(self) -> bool:
+        return self.health == Health.HEALTHY
+
+    def problem(self) -> str | None:
+        """Why the kubelet cannot be sent this device, or None when it can."""
+        id_problem = device_id_problem(self.id)
+        if id_problem:
+            return id_problem
+        if self.health not in _LEGAL_HEALTH:
+            return f"device {self.id!r} has health {self.health!r}; expected Healthy or Unhealthy"
+        for node in self.numa_nodes:
+            if type(node) is not int or node < 0:
+                return (
+                    f"device {self.id!r} has NUMA nodes {self.numa_nodes!r}; expected integers >= 0"
+                )
+        return None
+
+
+_LEGAL_HEALTH = frozenset(Health)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HostPath:
+    """A host path a driver reads, so the deployment can mount exactly that and no more.
+
+    ``path`` is the path on the host (``/sys/class/infiniband``, ``/dev/davinci0`` style
+    paths may be given as their directory). ``at_real_path`` asks for the path to be
+    mounted at the same path inside the pod, for vendor libraries that expect it
+    (``/usr/local/Ascend/driver``); otherwise it is read under the host root (``/host``).
+    ``purpose`` says why, for ``devicehost mounts`` and the docs.
+    """
+
+    path: str
+    purpose: str = ""
+    at_real_path: bool = False
+
+    def __post_init__(self) -> None:
+        _check_host_path("host path", self.path)

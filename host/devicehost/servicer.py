@@ -21,7 +21,8 @@ from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from devicehost.allocator import numa_map, preferred_allocation
 from devicehost.errors import DriverError, DriverTimeout
-from devicehost.model import Allocation, Device
+from devicehost.compose import CompositionClash, compose
+from devicehost.model import NO_EDITS, Allocation, Device, ResourceSpec
 from devicehost.plugins import Driver
 from devicehost.state import ResourceState
 from devicehost.telemetry import Telemetry
@@ -108,13 +109,14 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
 
     def __init__(
         self,
-        resource: str,
+        spec: ResourceSpec,
         driver: Driver,
         state: ResourceState,
         timeout: float,
         telemetry: Telemetry | None = None,
     ) -> None:
-        self.resource = resource
+        self.spec = spec
+        self.resource = spec.name
         self.driver = driver
         self.state = state
         self.timeout = timeout
@@ -193,12 +195,29 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     async def allocate_one(
         self, device_ids: Sequence[str], index: int = 0
     ) -> pb.ContainerAllocateResponse:
+        """Compose one container's answer from the snapshot; call the driver only when it
+        implements ``allocate`` (work that must happen at allocation time)."""
         self.check_known(device_ids, healthy=True)
+        extra = NO_EDITS
+        if self.driver.implements("devicehost_allocate"):
+            extra = await self._driver_allocation(device_ids, index)
+        try:
+            edits = compose(self.spec, self.state.devices, device_ids, extra)
+        except CompositionClash as clash:
+            self.telemetry.driver_error(self.driver.name, "devicehost_allocate")
+            message = f"driver {self.driver.name!r}, resource {self.resource!r}: {clash}"
+            log.error("%s", message)
+            raise Refusal(grpc.StatusCode.INTERNAL, message[:MAX_MESSAGE]) from clash
+        return allocation_to_pb(edits)
+
+    async def _driver_allocation(self, device_ids: Sequence[str], index: int) -> Allocation:
         allocation = await self.call_driver(
             "devicehost_allocate",
             device_ids=list(device_ids),
             span_attributes={tracing.CONTAINER_INDEX: index, tracing.REQUESTED: list(device_ids)},
         )
+        if allocation is None:
+            return NO_EDITS
         if not isinstance(allocation, Allocation):
             self.telemetry.driver_error(self.driver.name, "devicehost_allocate")
             error = DriverError(
@@ -208,7 +227,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             )
             log.error("%s (resource %r)", error, self.resource)
             raise driver_refusal(error)
-        return allocation_to_pb(allocation)
+        return allocation
 
     async def prefer_one(self, request: pb.ContainerPreferredAllocationRequest) -> list[str]:
         available = list(dict.fromkeys(request.available_deviceIDs))

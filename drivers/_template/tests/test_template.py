@@ -19,10 +19,11 @@ def test_no_widgets_means_no_resource(fake_root: FakeRoot, kubelet, run_host) ->
 
 def test_fault_reaches_kubelet_and_recovers(fake_root: FakeRoot, kubelet, run_host) -> None:
     """A widget's health file flipping is streamed both ways through ListAndWatch."""
-    run_host(enabled_drivers=("template",), simulate=True)
+    host = run_host(enabled_drivers=("template",), simulate=True)
+    widgets = host.simulated_root("template")
     kubelet.wait_registered("example.com/widget")
     kubelet.wait_devices("example.com/widget", lambda d: len(d) == 4)
-    fake_root.write("/sys/class/widget/widget2/health", "fault")
+    widgets.write("/sys/class/widget/widget2/health", "fault")
     kubelet.wait_health("example.com/widget", "widget2", "Unhealthy")
-    fake_root.write("/sys/class/widget/widget2/health", "ok")
+    widgets.write("/sys/class/widget/widget2/health", "ok")
     kubelet.wait_health("example.com/widget", "widget2", "Healthy")

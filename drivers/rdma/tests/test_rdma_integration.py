@@ -37,17 +37,18 @@ def test_link_down_and_up_streams_refuses_and_allocates(
     Unhealthy in ListAndWatch, Allocate refuses the device with FAILED_PRECONDITION, the
     port coming back shows Healthy, and Allocate then answers with exactly the HCA's
     character devices, rdma_cm and RDMA_DEVICES."""
-    run_host(enabled_drivers=("rdma",), simulate=True)
+    host = run_host(enabled_drivers=("rdma",), simulate=True)
+    tree = host.simulated_root("rdma").path
     kubelet.wait_registered(HCA)
     kubelet.wait_devices(HCA, lambda d: len(d) == 8)
 
-    set_link(fake_root.path, "mlx5_3", up=False)
+    set_link(tree, "mlx5_3", up=False)
     kubelet.wait_health(HCA, "mlx5_3", "Unhealthy")
     with pytest.raises(grpc.RpcError) as refused:
         kubelet.allocate(HCA, [["mlx5_3"]])
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
-    set_link(fake_root.path, "mlx5_3", up=True)
+    set_link(tree, "mlx5_3", up=True)
     kubelet.wait_health(HCA, "mlx5_3", "Healthy")
     response = kubelet.allocate(HCA, [["mlx5_3"]]).container_responses[0]
     assert [(d.host_path, d.container_path, d.permissions) for d in response.devices] == [

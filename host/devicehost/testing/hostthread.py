@@ -14,6 +14,7 @@ from typing import Any
 
 from devicehost.config import HostConfig
 from devicehost.lifecycle import Host
+from devicehost.testing.fakeroot import FakeRoot
 
 
 class HostThread:
@@ -57,6 +58,14 @@ class HostThread:
             return fn(*args)
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
+
+    def simulated_root(self, driver: str) -> FakeRoot:
+        """The tree ``driver`` simulates its hardware in (under ``simulate=True``), to flip
+        a fake sysfs attribute the way real hardware would change it."""
+        root = self.host.simulated_root(driver)
+        if root is None:
+            raise ValueError(f"the host is not simulating, or has no driver named {driver!r}")
+        return FakeRoot(root)
 
     def stop(self, timeout: float = 10.0) -> None:
         if self._thread.is_alive() and self._stop is not None:

@@ -1,0 +1,100 @@
+"""Compose one container's edits from what the driver declared: no driver call needed.
+
+The kubelet asks for devices; each device carries its own container edits and the
+resource carries the edits every container gets. Composition is strict where merging
+would hide a mistake (Intel's framework lets the last env value win silently): the same
+device node, mount, env variable or annotation declared twice with different contents
+is a ``CompositionClash`` naming both sides, and the Allocate is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from devicehost.model import NO_EDITS, ContainerEdits, Device, DeviceNode, Mount, ResourceSpec
+
+
+class CompositionClash(ValueError):
+    """Two edits for one container disagree (same key or path, different contents).
+
+    It means the driver declared inconsistent edits: fix the driver, or list the env
+    variable in ``ResourceSpec.joined_envs`` when several devices contribute to it.
+    """
+
+
+def _join(values: Iterable[str]) -> str:
+    """Comma-joined, de-duplicated, first occurrence first (``"0,1"`` counts as two)."""
+    seen: dict[str, None] = {}
+    for value in values:
+        for part in value.split(","):
+            if part:
+                seen.setdefault(part, None)
+    return ",".join(seen)
+
+
+class _Composer:
+    def __init__(self, joined: Iterable[str]) -> None:
+        self.joined = frozenset(joined)
+        self.envs: dict[str, str] = {}
+        self.joined_parts: dict[str, list[str]] = {}
+        self.annotations: dict[str, str] = {}
+        self.nodes: dict[str, DeviceNode] = {}
+        self.mounts: dict[str, Mount] = {}
+        self.cdi: dict[str, None] = {}
+
+    def add(self, edits: ContainerEdits, source: str) -> None:
+        for key, value in edits.envs.items():
+            if key in self.joined:
+                self.joined_parts.setdefault(key, []).append(value)
+            else:
+                self._put(self.envs, "env", key, value, source)
+        for key, value in edits.annotations.items():
+            self._put(self.annotations, "annotation", key, value, source)
+        for node in edits.devices:
+            self._put(self.nodes, "device node", node.container_path, node, source)
+        for mount in edits.mounts:
+            self._put(self.mounts, "mount", mount.container_path, mount, source)
+        for name in edits.cdi_devices:
+            self.cdi.setdefault(name, None)
+
+    @staticmethod
+    def _put(table: dict[str, object], kind: str, key: str, value: object, source: str) -> None:
+        before = table.setdefault(key, value)
+        if before != value:
+            raise CompositionClash(
+                f"{kind} {key!r} is declared twice with different contents ({before!r} and, "
+                f"from {source}, {value!r})"
+            )
+
+    def result(self) -> ContainerEdits:
+        envs = dict(self.envs)
+        for key, parts in self.joined_parts.items():
+            envs[key] = _join(parts)
+        return ContainerEdits(
+            envs=envs,
+            annotations=self.annotations,
+            devices=tuple(self.nodes.values()),
+            mounts=tuple(self.mounts.values()),
+            cdi_devices=tuple(self.cdi),
+        )
+
+
+def compose(
+    spec: ResourceSpec,
+    devices: Mapping[str, Device],
+    device_ids: Sequence[str],
+    extra: ContainerEdits = NO_EDITS,
+) -> ContainerEdits:
+    """The edits of one container that gets ``device_ids``: the resource's edits once, then
+    each device's in request order, then ``extra`` (the driver's ``allocate`` answer).
+
+    Raises ``CompositionClash`` for contradicting edits and ``KeyError`` for an unknown ID
+    (the servicer has refused those already).
+    """
+    composer = _Composer(spec.joined_envs)
+    composer.add(spec.edits, f"resource {spec.name!r}")
+    for device_id in device_ids:
+        composer.add(devices[device_id].edits, f"device {device_id!r}")
+    if extra:
+        composer.add(extra, "the driver's allocate answer")
+    return composer.result()
