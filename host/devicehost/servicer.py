@@ -20,8 +20,8 @@ from devicehost import tracing
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from devicehost.allocator import numa_map, preferred_allocation
-from devicehost.errors import DriverError, DriverTimeout
 from devicehost.compose import CompositionClash, compose
+from devicehost.errors import DriverError, DriverTimeout
 from devicehost.model import NO_EDITS, Allocation, Device, ResourceSpec
 from devicehost.plugins import Driver
 from devicehost.state import ResourceState
