@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from devicehost import Device
-from devicehost.allocator import natural_key, numa_map, preferred_allocation
+from devicehost.kubelet.preferred import natural_key, numa_map, preferred_allocation
 
 
 def node(numa_of: dict[str, int]) -> dict[str, int]:

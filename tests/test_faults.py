@@ -28,7 +28,7 @@ import grpc
 import pytest
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
-from devicehost.plugins import DriverStatus
+from devicehost.drivers.discovery import DriverStatus
 from devicehost.testing import HostThread, KubeletStandIn
 from support import SCRIPTED, eventually, run_scripted
 from testdrivers.faulty import MALFORMED_EXTRAS
@@ -631,7 +631,7 @@ def test_socket_deleted_right_after_it_is_served_is_served_again(
     seen in the suite: a planted symlink and a kubelet restart at once), the host notices
     and serves again. The deletion is injected right after the host's chmod of the socket,
     the last step of serving, to make the race certain."""
-    import devicehost.lifecycle as lifecycle
+    import devicehost.kubelet.runner as runner
 
     install("devicehost-alpha", drivers={"alpha": SCRIPTED})
     run_host(enabled_drivers=("alpha",), drivers={"alpha": {"resources": {RES: 2}}})
@@ -646,7 +646,7 @@ def test_socket_deleted_right_after_it_is_served_is_served_again(
             armed.clear()
             os.unlink(target)  # the kubelet's clean-up lands right here
 
-    monkeypatch.setattr(lifecycle.os, "chmod", chmod_then_lose_it)
+    monkeypatch.setattr(runner.os, "chmod", chmod_then_lose_it)
     armed.set()
     kubelet.restart()
     kubelet.wait_registered(RES, count=2)

@@ -9,8 +9,8 @@ import grpc
 import pytest
 
 from devicehost import Device
+from devicehost.drivers.discovery import DriverStatus
 from devicehost.errors import ConfigError
-from devicehost.plugins import DriverStatus
 from support import SCRIPTED, eventually
 
 RES = "test.example/dev"

@@ -15,10 +15,10 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from devicehost.logs import setup_logging
+from devicehost.telemetry.logs import setup_logging
+from devicehost.telemetry.tracing import Tracing
 from devicehost.testing import OtlpReceiver, PodResourcesStandIn
 from devicehost.testing.otlp import attributes
-from devicehost.tracing import Tracing
 from support import SCRIPTED, eventually
 
 RES = "test.example/dev"
@@ -138,7 +138,7 @@ def test_preferred_allocation_and_registration_are_traced(traced, kubelet, recei
     assert attributes(span)["devicehost.device_ids.chosen.0"] == ["dev-0", "dev-2"]
     register = receiver.wait_for_span("v1beta1.Registration/Register")
     assert attributes(register)["devicehost.resource"] == RES
-    assert attributes(register)["devicehost.registration.attempt"] == 1
+    assert attributes(register)["devicehost.kubelet.registration.attempt"] == 1
     assert register.kind == Span.SPAN_KIND_CLIENT
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from devicehost.plugins import DriverStatus, load_plugins
+from devicehost.drivers.discovery import DriverStatus, load_plugins
 from support import SCRIPTED
 
 RES = "test.example/dev"

@@ -10,7 +10,6 @@ host's business. The testing kit is ``devicehost.testing``.
 
 from importlib_metadata import PackageNotFoundError, version
 
-from devicehost.allocator import natural_key
 from devicehost.errors import (
     ConfigError,
     DevicehostError,
@@ -20,6 +19,7 @@ from devicehost.errors import (
     UnknownDevice,
 )
 from devicehost.hookspecs import hookimpl
+from devicehost.kubelet.preferred import natural_key
 from devicehost.model import (
     Allocation,
     ContainerEdits,

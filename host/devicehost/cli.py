@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from devicehost import __version__
 from devicehost.config import SETTINGS, HostConfig, load_config
 from devicehost.errors import ConfigError
-from devicehost.logs import setup_logging
+from devicehost.telemetry.logs import setup_logging
 
 if TYPE_CHECKING:
     from devicehost.lifecycle import Host

@@ -10,8 +10,11 @@ is a ``CompositionClash`` naming both sides, and the Allocate is refused.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeVar
 
 from devicehost.model import NO_EDITS, ContainerEdits, Device, DeviceNode, Mount, ResourceSpec
+
+T = TypeVar("T")
 
 
 class CompositionClash(ValueError):
@@ -58,7 +61,7 @@ class _Composer:
             self.cdi.setdefault(name, None)
 
     @staticmethod
-    def _put(table: dict[str, object], kind: str, key: str, value: object, source: str) -> None:
+    def _put(table: dict[str, T], kind: str, key: str, value: T, source: str) -> None:
         before = table.setdefault(key, value)
         if before != value:
             raise CompositionClash(

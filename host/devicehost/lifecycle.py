@@ -12,166 +12,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import shutil
 import signal
-import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc
-
-from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from devicehost.calls import WorkerPool, run_with_timeout
 from devicehost.config import HostConfig
+from devicehost.drivers.calls import WorkerPool, run_with_timeout
+from devicehost.drivers.discovery import Driver, DriverStatus, PluginSet, load_plugins
+from devicehost.drivers.scan import Scanner
+from devicehost.drivers.snapshots import ResourceState
 from devicehost.errors import ConfigError, DriverError, DriverUnavailable
-from devicehost.metrics import Gauge
+from devicehost.kubelet.podresources import PodResolver
+from devicehost.kubelet.restart_watch import DirectoryWatcher, file_identity
+from devicehost.kubelet.runner import ResourceRunner
+from devicehost.kubelet.servicer import DevicePluginServicer
 from devicehost.model import ResourceSpec
-from devicehost.plugins import Driver, DriverStatus, PluginSet, load_plugins
-from devicehost.registration import register
-from devicehost.scan import Scanner
-from devicehost.servicer import DevicePluginServicer
-from devicehost.state import ResourceState
-from devicehost.status_server import StatusServer
-from devicehost.telemetry import Telemetry
-from devicehost.watch import DirectoryWatcher, file_identity
+from devicehost.telemetry.facade import Telemetry
+from devicehost.telemetry.metrics import Gauge
+from devicehost.telemetry.status_server import StatusServer
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_HOOK_SECONDS = 2.0
 STREAM_GRACE_SECONDS = 0.05
-SERVE_RETRY_SECONDS = 1.0
 STOP_TASKS_SECONDS = 3.0
 START_WAIT_SECONDS = 5.0
-
-
-class ResourceRunner:
-    """Serves one resource's socket and keeps it registered across kubelet restarts."""
-
-    def __init__(self, host: Host, spec: ResourceSpec, servicer: DevicePluginServicer) -> None:
-        self.host = host
-        self.spec = spec
-        self.name = spec.name
-        self.servicer = servicer
-        self.socket_path = host.config.plugin_dir / spec.socket_name
-        self.registered = asyncio.Event()
-        self.registered_with: object = None
-        self.serving = asyncio.Event()
-
-    def _remove_socket(self) -> None:
-        """Remove whatever is at our path without following it (stale socket, planted link)."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket_path)
-
-    async def _serve(self) -> grpc.aio.Server:
-        self._remove_socket()
-        server = grpc.aio.server()
-        pb_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
-        server.add_insecure_port(f"unix:{self.socket_path}")
-        await server.start()
-        try:
-            if stat.S_ISSOCK(os.lstat(self.socket_path).st_mode):
-                os.chmod(self.socket_path, 0o600)
-        except OSError:
-            await server.stop(None)  # never leak a server whose socket we cannot own
-            raise
-        return server
-
-    async def _serve_until_bound(self) -> grpc.aio.Server:
-        """Serve our socket, retrying while the directory is unusable (logged each time)."""
-        while True:
-            try:
-                server = await self._serve()
-            except (OSError, RuntimeError) as exc:
-                log.error(
-                    "resource %r: cannot serve %s: %s; retrying in %.0f s",
-                    self.name,
-                    self.socket_path,
-                    exc,
-                    SERVE_RETRY_SECONDS,
-                )
-                await asyncio.sleep(SERVE_RETRY_SECONDS)
-                continue
-            self.serving.set()
-            return server
-
-    async def _register(self) -> None:
-        config = self.host.config
-        await register(
-            config.kubelet_socket,
-            self.name,
-            self.spec.socket_name,
-            self.servicer.options,
-            initial_backoff=config.initial_backoff,
-            max_backoff=config.max_backoff,
-            rejected_backoff=config.rejected_backoff,
-            on_attempt=self.host.telemetry.registration,
-            tracing=self.host.telemetry.tracing,
-        )
-        # Which kubelet took it: a kubelet.sock event for that same kubelet is no news.
-        self.registered_with = file_identity(config.kubelet_socket)
-        self.registered.set()
-
-    async def run(self) -> None:
-        changed = self.host.watcher.subscribe()
-        try:
-            while True:
-                server = await self._serve_until_bound()
-                try:
-                    reason = await self._keep_registered(changed, file_identity(self.socket_path))
-                finally:
-                    self.registered.clear()
-                    await server.stop(None)
-                log.info(
-                    "resource %r: %s; serving again on a fresh socket and re-registering",
-                    self.name,
-                    reason,
-                )
-        finally:
-            self.host.watcher.unsubscribe(changed)
-            self._remove_socket()
-
-    async def _keep_registered(self, changed: asyncio.Event, own: object) -> str:
-        """Register, and again each time kubelet.sock is re-created; return once our own
-        socket is gone (the kubelet deleted it), which needs a fresh server."""
-        kubelet_socket = self.host.config.kubelet_socket
-        kubelet = file_identity(kubelet_socket)
-        registering = asyncio.create_task(self._register(), name=f"register-{self.name}")
-        try:
-            while True:
-                # Checked first, not only after an event: the socket may vanish right
-                # after it was served, before any event reaches us.
-                if own is None or file_identity(self.socket_path) != own:
-                    return "our socket was removed"
-                now = file_identity(kubelet_socket)
-                if now != kubelet:
-                    kubelet = now
-                    if now is None:
-                        log.info(
-                            "kubelet socket %s is gone; waiting for the kubelet to return",
-                            kubelet_socket,
-                        )
-                    elif not (self.registered.is_set() and now == self.registered_with):
-                        log.info(
-                            "resource %r: kubelet.sock re-created; registering again", self.name
-                        )
-                        await _cancel(registering)
-                        self.registered.clear()
-                        registering = asyncio.create_task(
-                            self._register(), name=f"register-{self.name}"
-                        )
-                await changed.wait()
-                changed.clear()
-        finally:
-            await _cancel(registering)
-
-
-async def _cancel(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
 
 
 @dataclass
@@ -190,7 +58,9 @@ class Host:
         self, config: HostConfig, telemetry: Telemetry | None = None, use_inotify: bool = True
     ) -> None:
         self.config = config
-        self.telemetry = telemetry or Telemetry.from_config(config)
+        self.telemetry = telemetry or Telemetry.from_config(
+            config, PodResolver(config.pod_resources_socket)
+        )
         self.use_inotify = use_inotify
         self.plugins: PluginSet | None = None
         self.resources: dict[str, Resource] = {}
@@ -273,7 +143,9 @@ class Host:
             asyncio.create_task(self._count_kubelet_restarts(), name="kubelet-restarts")
         )
         for resource in self.resources.values():
-            resource.runner = ResourceRunner(self, resource.spec, resource.servicer)
+            resource.runner = ResourceRunner(
+                self.config, resource.spec, resource.servicer, self.watcher, self.telemetry
+            )
             self._tasks.append(
                 asyncio.create_task(resource.runner.run(), name=f"resource-{resource.spec.name}")
             )

@@ -10,7 +10,7 @@ from devicehost_nvidia.simulated import sim_uuid
 from nvidia_helpers import MakeDriver
 
 from devicehost import DriverUnavailable, Health
-from devicehost.plugins import DriverStatus
+from devicehost.drivers.discovery import DriverStatus
 from devicehost.testing import FakeRoot, check_driver
 
 ALL_STRATEGIES = {"deviceListStrategy": ["envvar", "cdi", "device-nodes"]}

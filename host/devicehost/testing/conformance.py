@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devicehost.drivers.discovery import Driver, DriverStatus, load_plugins
+from devicehost.drivers.scan import clean_devices
 from devicehost.errors import DriverError
 from devicehost.model import Allocation, ResourceSpec
-from devicehost.plugins import Driver, DriverStatus, load_plugins
-from devicehost.scan import clean_devices
 
 UNKNOWN_ID = "devicehost-conformance-no-such-device"
 

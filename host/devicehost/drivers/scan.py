@@ -15,10 +15,10 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from devicehost.drivers.discovery import Driver
+from devicehost.drivers.snapshots import ResourceState
 from devicehost.errors import DriverError
 from devicehost.model import Device
-from devicehost.plugins import Driver
-from devicehost.state import ResourceState
 
 log = logging.getLogger(__name__)
 

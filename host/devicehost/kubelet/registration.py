@@ -21,13 +21,13 @@ from tenacity.wait import wait_exponential_jitter
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from devicehost.tracing import ATTEMPT, RESOURCE, Tracing, fail
+from devicehost.telemetry.tracing import ATTEMPT, RESOURCE, Tracing, fail
 
 log = logging.getLogger(__name__)
 
 API_VERSION = "v1beta1"
 REGISTER_TIMEOUT_SECONDS = 5.0
-AttemptCallback = Callable[[str, BaseException | None], None]
+AttemptCallback = Callable[[str, str], None]
 
 
 def rejected(exc: BaseException | None) -> bool:
@@ -89,7 +89,8 @@ async def register(
 ) -> int:
     """Register until the kubelet accepts; return the number of attempts it took.
 
-    ``on_attempt(resource, error)`` is called after every attempt (error None on success).
+    ``on_attempt(resource, result)`` is called after every attempt, with ``ok``,
+    ``rejected`` or ``unreachable``.
     Cancel the coroutine to give up (e.g. the kubelet restarted).
     """
     request = pb.RegisterRequest(
@@ -129,11 +130,11 @@ async def register(
                     span.set_attribute("rpc.grpc.status_code", exc.code().value[0])
                     fail(span, exc, exc.details())
                     if on_attempt:
-                        on_attempt(resource, exc)
+                        on_attempt(resource, "rejected" if rejected(exc) else "unreachable")
                     raise
                 span.set_attribute("rpc.grpc.status_code", grpc.StatusCode.OK.value[0])
             if on_attempt:
-                on_attempt(resource, None)
+                on_attempt(resource, "ok")
     log.info(
         "registered resource %r with the kubelet as %s (attempt %d)", resource, endpoint, attempts
     )

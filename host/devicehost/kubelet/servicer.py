@@ -16,17 +16,17 @@ from typing import Any, TypeVar
 import grpc
 from opentelemetry.trace import Span
 
-from devicehost import tracing
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from devicehost.allocator import numa_map, preferred_allocation
 from devicehost.compose import CompositionClash, compose
+from devicehost.drivers.discovery import Driver
+from devicehost.drivers.snapshots import ResourceState
 from devicehost.errors import DriverError, DriverTimeout
+from devicehost.kubelet.preferred import numa_map, preferred_allocation
 from devicehost.model import NO_EDITS, Allocation, Device, ResourceSpec
-from devicehost.plugins import Driver
-from devicehost.state import ResourceState
-from devicehost.telemetry import Telemetry
-from devicehost.tracing import fail
+from devicehost.telemetry import tracing
+from devicehost.telemetry.facade import Telemetry
+from devicehost.telemetry.tracing import fail
 
 log = logging.getLogger(__name__)
 

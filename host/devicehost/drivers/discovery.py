@@ -20,7 +20,7 @@ import pluggy
 from importlib_metadata import EntryPoint, entry_points
 
 from devicehost import hookspecs
-from devicehost.calls import WorkerPool, run_with_timeout
+from devicehost.drivers.calls import WorkerPool, run_with_timeout
 from devicehost.errors import DriverError, DriverTimeout, DriverUnavailable
 
 log = logging.getLogger(__name__)

@@ -17,12 +17,12 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext
 from opentelemetry.util.types import AttributeValue
 
-from devicehost import __version__, tracing
+from devicehost import __version__
 from devicehost.config import HostConfig
-from devicehost.metrics import Metrics
-from devicehost.podresources import PodIdentity, PodResolver
-from devicehost.registration import rejected
-from devicehost.tracing import Tracing
+from devicehost.telemetry import tracing
+from devicehost.telemetry.metrics import Metrics
+from devicehost.telemetry.pods import NoPodLookup, PodIdentity, PodLookup
+from devicehost.telemetry.tracing import Tracing
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -45,14 +45,22 @@ def pod_attributes(identity: PodIdentity) -> dict[str, str]:
 class Telemetry:
     tracing: Tracing = field(default_factory=lambda: Tracing(None))
     metrics: Metrics = field(default_factory=Metrics)
-    resolver: PodResolver = field(default_factory=lambda: PodResolver(None))
+    resolver: PodLookup = field(default_factory=NoPodLookup)
     _pending: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
-    def from_config(cls, config: HostConfig, exporter: SpanExporter | None = None) -> Telemetry:
+    def from_config(
+        cls,
+        config: HostConfig,
+        resolver: PodLookup | None = None,
+        exporter: SpanExporter | None = None,
+    ) -> Telemetry:
+        """Tracing and metrics as configured; ``resolver`` finds pods for spans (only used
+        while tracing is on)."""
         tracer = Tracing.from_config(config.otlp_endpoint, config.node_name, __version__, exporter)
-        socket = config.pod_resources_socket if tracer.enabled else None
-        return cls(tracer, Metrics(), PodResolver(socket))
+        if resolver is None or not tracer.enabled:
+            resolver = NoPodLookup()
+        return cls(tracer, Metrics(), resolver)
 
     # -- pod identity ------------------------------------------------------------------------
 
@@ -105,8 +113,8 @@ class Telemetry:
     def driver_error(self, driver: str, hook: str) -> None:
         self.metrics.driver_errors.inc(driver=driver, hook=hook)
 
-    def registration(self, resource: str, error: BaseException | None) -> None:
-        result = "ok" if error is None else "rejected" if rejected(error) else "unreachable"
+    def registration(self, resource: str, result: str) -> None:
+        """Count one registration attempt: ``ok``, ``rejected`` or ``unreachable``."""
         self.metrics.registrations.inc(resource=resource, result=result)
 
     async def close(self) -> None:

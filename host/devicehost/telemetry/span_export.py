@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from devicehost.tracing import Activity
+from devicehost.telemetry.tracing import Activity
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context

@@ -11,25 +11,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
 from devicehost._proto.podresources.v1 import api_pb2 as pr
 from devicehost._proto.podresources.v1 import api_pb2_grpc as pr_grpc
+from devicehost.telemetry.pods import PodIdentity
 
 log = logging.getLogger(__name__)
 
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 CALL_TIMEOUT_SECONDS = 1.0
-
-
-@dataclass(frozen=True)
-class PodIdentity:
-    pod: str
-    namespace: str
-    container: str
 
 
 class PodResolver:

@@ -46,7 +46,7 @@ REQUESTED = "devicehost.device_ids.requested"
 CHOSEN = "devicehost.device_ids.chosen"
 CONTAINER_INDEX = "devicehost.container.index"
 CONTAINER_COUNT = "devicehost.container.count"
-ATTEMPT = "devicehost.registration.attempt"
+ATTEMPT = "devicehost.kubelet.registration.attempt"
 NODE = "k8s.node.name"
 POD = "k8s.pod.name"
 NAMESPACE = "k8s.namespace.name"
@@ -121,7 +121,7 @@ class Tracing:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
 
-        from devicehost.span_export import IdleSpanProcessor
+        from devicehost.telemetry.span_export import IdleSpanProcessor
 
         attributes: dict[str, Any] = {
             "service.name": os.environ.get("OTEL_SERVICE_NAME", "devicehost"),

@@ -1,0 +1,50 @@
+"""Who a workload is, as telemetry needs it, and the lookup telemetry is handed.
+
+Telemetry never reaches into the kubelet side: the host hands it a ``PodLookup`` (the
+PodResources client) so the arrows between folders point one way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class PodIdentity:
+    """The workload container that was given some devices."""
+
+    pod: str
+    namespace: str
+    container: str
+
+
+class PodLookup(Protocol):
+    """Finds the container that holds some devices (the kubelet's PodResources API)."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    async def lookup(self, resource: str, device_ids: Sequence[str]) -> PodIdentity | None:
+        """One quick look; None when not found."""
+
+    async def resolve(self, resource: str, device_ids: Sequence[str]) -> PodIdentity | None:
+        """Look, retrying briefly while the kubelet has not recorded the allocation yet."""
+
+    async def close(self) -> None: ...
+
+
+class NoPodLookup:
+    """The lookup to use when PodResources is off: finds nobody."""
+
+    enabled = False
+
+    async def lookup(self, resource: str, device_ids: Sequence[str]) -> PodIdentity | None:
+        return None
+
+    async def resolve(self, resource: str, device_ids: Sequence[str]) -> PodIdentity | None:
+        return None
+
+    async def close(self) -> None:
+        return None
