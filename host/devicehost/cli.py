@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from devicehost import __version__
 from devicehost.config import SETTINGS, HostConfig, load_config
+from devicehost.drivers.discovery import DriverStatus
 from devicehost.errors import ConfigError
 from devicehost.telemetry.logs import setup_logging
 
@@ -196,12 +197,21 @@ async def _devices(config: HostConfig, as_json: bool) -> int:
 
 
 async def _check_driver_sections(config: HostConfig) -> None:
-    """Let each installed driver validate its own section (its configure raises ValueError)."""
+    """Let each installed driver validate its own section (its configure raises ValueError),
+    and check that every resource's socket path fits the unix limit."""
     host = _host(config)
     try:
         await host.prepare(scan=False)
     finally:
         await host.stop()
+    assert host.plugins is not None
+    for info in host.plugins.infos:
+        if info.status is DriverStatus.FAILED and info.reason.startswith("config drivers."):
+            key, _, problem = info.reason.removeprefix("config ").partition(": ")
+            raise ConfigError("config", key, problem)
+        for note in info.notes:
+            if note.startswith("resource refused: ") and "socket path" in note:
+                raise ConfigError("config", "pluginDir", note.removeprefix("resource refused: "))
 
 
 def _host(config: HostConfig) -> Host:

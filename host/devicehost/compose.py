@@ -9,9 +9,13 @@ is a ``CompositionClash`` naming both sides, and the Allocate is refused.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
+import pluggy
+
+from devicehost.hookspecs import hookimpl
 from devicehost.model import NO_EDITS, ContainerEdits, Device, DeviceNode, Mount, ResourceSpec
 
 T = TypeVar("T")
@@ -101,3 +105,47 @@ def compose(
     if extra:
         composer.add(extra, "the driver's allocate answer")
     return composer.result()
+
+
+_COMPOSED: contextvars.ContextVar[ContainerEdits] = contextvars.ContextVar("composed")
+
+
+class _Composed:
+    """The innermost ``devicehost_allocate`` in the host: the composed edits themselves."""
+
+    @hookimpl
+    def devicehost_allocate(self) -> ContainerEdits:
+        return _COMPOSED.get()
+
+
+class PolicyChain:
+    """Policy plugins (``devicehost.policies``) wrap the composed allocation, in the host.
+
+    Policies are the operator's own code, loaded into the host: they see every driver's
+    composed answer through pluggy's ``wrapper=True`` hooks and may add to it.
+    """
+
+    def __init__(self, pm: pluggy.PluginManager) -> None:
+        self.pm = pm
+        self.active = any(
+            impl.wrapper or impl.hookwrapper for impl in pm.hook.devicehost_allocate.get_hookimpls()
+        )
+        if self.active and pm.get_plugin("devicehost:composed") is None:
+            pm.register(_Composed(), name="devicehost:composed")
+
+    def apply(
+        self, resource: str, device_ids: Sequence[str], edits: ContainerEdits
+    ) -> ContainerEdits:
+        """``edits`` as every policy shaped them; ``TypeError`` if one returned junk."""
+        if not self.active:
+            return edits
+        token = _COMPOSED.set(edits)
+        try:
+            result = self.pm.hook.devicehost_allocate(resource=resource, device_ids=device_ids)
+        finally:
+            _COMPOSED.reset(token)
+        if not isinstance(result, ContainerEdits):
+            raise TypeError(
+                f"a policy plugin returned {type(result).__name__}, expected Allocation"
+            )
+        return result

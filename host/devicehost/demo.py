@@ -121,11 +121,14 @@ class Tour:
                 continue
             for healthy, word in ((False, "Unhealthy"), (True, "Healthy")):
                 started = time.perf_counter()
-                resource.driver.call(
-                    "devicehost_simulate_health",
-                    resource=name,
-                    device_id=device.id,
-                    healthy=healthy,
+                self.host.run(
+                    resource.driver.acall(
+                        "devicehost_simulate_health",
+                        10.0,
+                        resource=name,
+                        device_id=device.id,
+                        healthy=healthy,
+                    )
                 )
                 self.kubelet.wait_health(name, device.id, word, timeout=30)
                 ms = (time.perf_counter() - started) * 1000

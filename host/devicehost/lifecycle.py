@@ -1,30 +1,39 @@
-"""Per resource: serve → register → watch, restarted as a unit. Per process: start and stop.
+"""One devicehost process: start every driver on its own, serve each resource when ready.
 
-``Host.start`` loads drivers, asks each for its resources, takes a first snapshot, then
-runs one ``ResourceRunner`` per resource. A runner serves its socket, registers, and on a
-kubelet restart (``kubelet.sock`` re-created) or the loss of its own socket does it all
-again on a fresh socket. ``Host.stop`` ends streams, removes sockets, calls every driver's
-``shutdown`` and returns within a few seconds even if a driver hangs.
+``Host.start`` lists the installed drivers and starts each in its own worker process under
+a supervisor (``drivers.supervisor``). Each driver is brought up on its own timeline —
+simulate (under ``--simulate``), configure, resources, a first snapshot — and each of its
+resources is served and registered as soon as that snapshot is taken, so a slow, hung or
+crashing driver never delays another's. When a worker goes down its devices are reported
+Unhealthy (its resources stay registered), and it is restarted with back-off.
+
+``Host.stop`` ends streams, removes sockets, stops every worker (bounded), and returns
+within about a second and a half whatever the drivers do.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import functools
 import logging
+import os
 import shutil
 import signal
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from devicehost.compose import PolicyChain
 from devicehost.config import HostConfig
-from devicehost.drivers.calls import WorkerPool, run_with_timeout
-from devicehost.drivers.discovery import Driver, DriverStatus, PluginSet, load_plugins
+from devicehost.drivers.discovery import DriverInfo, DriverStatus, PluginSet, load_plugins
+from devicehost.drivers.process import WorkerProcess
 from devicehost.drivers.scan import Scanner
 from devicehost.drivers.snapshots import ResourceState
-from devicehost.errors import ConfigError, DriverError, DriverUnavailable
+from devicehost.drivers.supervisor import DriverFinal, DriverHandle
+from devicehost.errors import ConfigError, DriverError
 from devicehost.kubelet.podresources import PodResolver
 from devicehost.kubelet.restart_watch import DirectoryWatcher, file_identity
 from devicehost.kubelet.runner import ResourceRunner
@@ -33,22 +42,33 @@ from devicehost.model import ResourceSpec
 from devicehost.telemetry.facade import Telemetry
 from devicehost.telemetry.metrics import Gauge
 from devicehost.telemetry.status_server import StatusServer
+from devicehost.validation import notes_from_plain, resources_from_plain
 
 log = logging.getLogger(__name__)
 
-SHUTDOWN_HOOK_SECONDS = 2.0
 STREAM_GRACE_SECONDS = 0.05
-STOP_TASKS_SECONDS = 3.0
+STOP_TASKS_SECONDS = 0.5
 START_WAIT_SECONDS = 5.0
+SIM_PREFIX = "devicehost-sim-"
+SIM_OWNER_FILE = ".owner-pid"
 
 
 @dataclass
 class Resource:
     spec: ResourceSpec
-    driver: Driver
+    driver: DriverHandle
     state: ResourceState
     servicer: DevicePluginServicer
     runner: ResourceRunner | None = None
+    task: asyncio.Task[None] | None = None
+
+
+class PluginDirInUse(ConfigError):
+    """Another devicehost already serves this device-plugin directory.
+
+    Two hosts on one directory would delete and re-create each other's sockets. Stop the
+    other one (or point this one at another ``pluginDir``).
+    """
 
 
 class Host:
@@ -63,26 +83,42 @@ class Host:
         )
         self.use_inotify = use_inotify
         self.plugins: PluginSet | None = None
+        self.drivers: dict[str, DriverHandle] = {}
         self.resources: dict[str, Resource] = {}
-        self.scanners: list[Scanner] = []
+        self.scanners: dict[str, Scanner] = {}
         self.watcher = DirectoryWatcher(config.plugin_dir)
         self.status_server: StatusServer | None = None
+        self.policies: PolicyChain | None = None
+        self._serving = False
         self._tasks: list[asyncio.Task[None]] = []
+        self._driver_tasks: list[asyncio.Task[None]] = []
+        self._scan_tasks: dict[str, asyncio.Task[None]] = {}
         self._sim_root: Path | None = None
-        self.telemetry.metrics.add_gauge(
+        self._lock_fd: int | None = None
+        metrics = self.telemetry.metrics
+        metrics.add_gauge(
             Gauge(
                 "devicehost_devices",
                 "Devices advertised now, by resource and health.",
                 self._device_counts,
             )
         )
-        self.telemetry.metrics.add_gauge(
+        metrics.add_gauge(
             Gauge(
                 "devicehost_driver_info",
                 "Installed drivers (value 1), by name, version, status.",
                 self._driver_info,
             )
         )
+        metrics.add_gauge(
+            Gauge(
+                "devicehost_driver_up",
+                "1 while a driver's worker process is running and brought up, else 0.",
+                self._driver_up,
+            )
+        )
+
+    # -- what the status endpoints and metrics read -----------------------------------------
 
     def _device_counts(self) -> list[tuple[dict[str, str], float]]:
         samples = []
@@ -101,6 +137,12 @@ class Host:
             if i.kind == "driver"
         ]
 
+    def _driver_up(self) -> list[tuple[dict[str, str], float]]:
+        return [
+            ({"driver": name}, 1.0 if h.up and h.info.status is DriverStatus.ACTIVE else 0.0)
+            for name, h in sorted(self.drivers.items())
+        ]
+
     def not_registered(self) -> list[str]:
         """Resources not (yet, or no longer) registered with the kubelet, for /readyz."""
         return [
@@ -108,6 +150,269 @@ class Host:
             for name, r in self.resources.items()
             if r.runner is None or not r.runner.registered.is_set()
         ]
+
+    @property
+    def ready(self) -> bool:
+        """True when every served resource is registered with the kubelet."""
+        return not self.not_registered()
+
+    def simulated_root(self, driver: str) -> Path | None:
+        """The simulated tree of the driver named ``driver``, or None when not simulating."""
+        if self._sim_root is None or not (self._sim_root / driver).is_dir():
+            return None
+        return self._sim_root / driver
+
+    # -- start -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start every driver; serve each resource as soon as its first snapshot is ready.
+
+        Returns once every driver has come up, failed or been found unavailable (at most
+        ``START_WAIT_SECONDS``): a driver still starting then goes on in the background.
+        """
+        self._lock_plugin_dir()
+        await self._start_status_server()
+        self.watcher.start(self.use_inotify)
+        self._tasks.append(
+            asyncio.create_task(self._count_kubelet_restarts(), name="kubelet-restarts")
+        )
+        self._serving = True
+        await self._launch(START_WAIT_SECONDS)
+        log.info(
+            "serving %d resources: %s", len(self.resources), ", ".join(self.resources) or "none"
+        )
+
+    async def prepare(self, scan: bool = True) -> None:
+        """Start every driver and take a first snapshot, serving nothing.
+
+        ``devicehost drivers``, ``devices`` and ``config`` stop here (then ``stop()``). A
+        driver that has not settled within its start and hook timeouts is shown as
+        *starting*.
+        """
+        await self._launch(self.config.hook_timeout * 3 + START_WAIT_SECONDS)
+
+    async def _launch(self, wait: float) -> None:
+        config = self.config
+        if self.plugins is None:
+            self.plugins = load_plugins(allow=config.enabled_drivers, deny=config.disabled_drivers)
+        self.policies = PolicyChain(self.plugins.pm)
+        names = {info.name for info in self.plugins.infos}
+        for name in config.drivers:
+            if name not in names:
+                log.warning(
+                    "config drivers.%s: no installed driver is named %r; section "
+                    "ignored (installed: %s)",
+                    name,
+                    name,
+                    ", ".join(sorted(names)),
+                )
+        if config.simulate:
+            self._make_sim_root()
+        for info in self.plugins.drivers:
+            self._start_driver(info)
+        settled = [asyncio.create_task(h.settled.wait()) for h in self.drivers.values()]
+        if settled:
+            _, waiting = await asyncio.wait(settled, timeout=wait)
+            for task in waiting:
+                task.cancel()
+        for info in self.plugins.infos:
+            log.info(
+                "%s %s (%s %s): %s%s",
+                info.kind,
+                info.name,
+                info.distribution,
+                info.version,
+                info.status,
+                f" — {info.reason}" if info.reason else "",
+            )
+            for note in info.notes:
+                log.info("driver %s: %s", info.name, note)
+
+    def _start_driver(self, info: DriverInfo) -> None:
+        info.status = DriverStatus.STARTING
+        handle = DriverHandle(
+            info,
+            start_timeout=self.config.hook_timeout,
+            on_notify=functools.partial(self._notify_driver, info.name),
+            log_level=self.config.log_level,
+            on_restart=lambda name: self.telemetry.metrics.driver_restarts.inc(driver=name),
+        )
+        self.drivers[info.name] = handle
+        self._driver_tasks.append(
+            asyncio.create_task(
+                handle.supervise(self._bring_up, self._on_down(handle)),
+                name=f"driver-{info.name}",
+            )
+        )
+
+    def _notify_driver(self, driver: str, resource: str) -> None:
+        scanner = self.scanners.get(driver)
+        if scanner is not None:
+            scanner.notify()
+
+    def driver_root(self, driver: DriverHandle) -> Path:
+        """The host's ``/`` as this driver sees it: its own simulated tree, or ``--root``."""
+        if self._sim_root is None:
+            return self.config.root
+        root = self._sim_root / driver.name
+        root.mkdir(exist_ok=True)
+        return root
+
+    async def _bring_up(self, handle: DriverHandle, process: WorkerProcess, first: bool) -> None:
+        """simulate → configure → resources → notes → first snapshot → serve → watch."""
+        config, timeout, name = self.config, self.config.hook_timeout, handle.name
+        root = str(self.driver_root(handle))
+        section = dict(config.driver_section(name))
+        if config.simulate and handle.implements("devicehost_simulate"):
+            await process.call(
+                "devicehost_simulate", timeout, root=root, config=section, node=config.simulate_node
+            )
+        try:
+            await process.call(
+                "devicehost_configure",
+                timeout,
+                config=section,
+                root=root,
+                simulated=config.simulate,
+            )
+        except DriverError as exc:
+            if isinstance(exc.__cause__, ValueError):
+                reason = f"config drivers.{name}: {exc.__cause__}"
+                handle.info.status, handle.info.reason = DriverStatus.FAILED, reason
+                log.error("driver %r is not started: %s", name, reason)
+                raise DriverFinal() from None
+            raise
+        raw_specs = await process.call("devicehost_resources", timeout)
+        specs, problems = resources_from_plain(name, raw_specs, config.plugin_dir)
+        for problem in problems:
+            log.error("driver %r, hook devicehost_resources: %s; resource refused", name, problem)
+            self.telemetry.driver_error(name, "devicehost_resources")
+        notes = notes_from_plain(await process.call("devicehost_notes", timeout))
+        handle.info.notes = notes + [f"resource refused: {p}" for p in problems]
+        states = self._claim(handle, specs, first)
+        scanner = Scanner(
+            handle,
+            states,
+            config.scan_interval,
+            timeout,
+            on_error=self.telemetry.driver_error,
+        )
+        self.scanners[name] = scanner
+        await scanner.scan_once()
+        if self._serving:
+            for resource_name in states:
+                self._serve(self.resources[resource_name])
+        # A change between the first snapshot and the watch's own baseline would be missed:
+        # the worker notifies once as each watch starts, and the scan that follows sees it.
+        process.start_watches(list(states))
+        task = asyncio.create_task(scanner.run(), name=f"scan-{name}")
+        self._scan_tasks[name] = task
+        process.exited.add_done_callback(lambda _: task.cancel())
+
+    def _claim(
+        self, handle: DriverHandle, specs: list[ResourceSpec], first: bool
+    ) -> dict[str, ResourceState]:
+        """The states of the driver's resources; new names are claimed, taken ones refused."""
+        states: dict[str, ResourceState] = {}
+        for spec in specs:
+            owner = self.resources.get(spec.name)
+            if owner is not None and owner.driver is handle:
+                states[spec.name] = owner.state
+                continue
+            if owner is not None:
+                log.error(
+                    "resource %r is claimed by driver %r (%s) and by driver %r (%s); "
+                    "the first keeps it, the second is refused — disable one of them",
+                    spec.name,
+                    owner.driver.name,
+                    owner.driver.info.distribution,
+                    handle.name,
+                    handle.info.distribution,
+                )
+                handle.info.notes.append(
+                    f"resource {spec.name!r} refused: already served by "
+                    f"{owner.driver.info.distribution}"
+                )
+                continue
+            if not first:
+                log.warning(
+                    "driver %r now reports resource %r, which it did not at start-up; it is "
+                    "served from now on",
+                    handle.name,
+                    spec.name,
+                )
+            state = ResourceState(spec.name)
+            servicer = DevicePluginServicer(
+                spec, handle, state, self.config.hook_timeout, self.telemetry, self.policies
+            )
+            self.resources[spec.name] = Resource(spec, handle, state, servicer)
+            states[spec.name] = state
+        return states
+
+    def _serve(self, resource: Resource) -> None:
+        if resource.task is not None:
+            return
+        resource.runner = ResourceRunner(
+            self.config, resource.spec, resource.servicer, self.watcher, self.telemetry
+        )
+        resource.task = asyncio.create_task(
+            resource.runner.run(), name=f"resource-{resource.spec.name}"
+        )
+
+    def _on_down(self, handle: DriverHandle) -> Callable[[str], None]:
+        def down(why: str) -> None:
+            self.scanners.pop(handle.name, None)
+            for resource in self.resources.values():
+                if resource.driver is handle:
+                    change = resource.state.mark_unhealthy()
+                    if change:
+                        log.warning(
+                            "resource %r: every device Unhealthy while driver %r is down",
+                            resource.spec.name,
+                            handle.name,
+                        )
+
+        return down
+
+    # -- simulated hardware ----------------------------------------------------------------
+
+    def _make_sim_root(self) -> None:
+        """A fresh temporary tree per process (never inside ``--root``), after removing any
+        left by a host that died without cleaning up."""
+        tmp = Path(tempfile.gettempdir())
+        for stale in tmp.glob(SIM_PREFIX + "*"):
+            try:
+                pid = int((stale / SIM_OWNER_FILE).read_text())
+            except (OSError, ValueError):
+                continue
+            if not _alive(pid):
+                shutil.rmtree(stale, ignore_errors=True)
+        self._sim_root = Path(tempfile.mkdtemp(prefix=SIM_PREFIX))
+        (self._sim_root / SIM_OWNER_FILE).write_text(str(os.getpid()))
+        node = self.config.simulate_node or "each driver's default"
+        log.info("simulating hardware (%s) under %s", node, self._sim_root)
+
+    # -- the plugin directory --------------------------------------------------------------
+
+    def _lock_plugin_dir(self) -> None:
+        """Hold an exclusive lock on the plugin directory itself (a lock file in it would be
+        deleted by the kubelet's clean-up), so a second host refuses to start."""
+        directory = self.config.plugin_dir
+        try:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return  # not there yet: the runners report it and retry
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise PluginDirInUse(
+                "config",
+                "pluginDir",
+                f"another devicehost already serves {directory}; stop it, or use another "
+                "--plugin-dir",
+            ) from None
+        self._lock_fd = fd
 
     async def _count_kubelet_restarts(self) -> None:
         """Count each new kubelet.sock after one was seen (a late first kubelet is no restart)."""
@@ -129,192 +434,6 @@ class Host:
         finally:
             self.watcher.unsubscribe(changed)
 
-    @property
-    def ready(self) -> bool:
-        """True when every served resource is registered with the kubelet."""
-        return not self.not_registered()
-
-    async def start(self) -> None:
-        """Prepare, then serve every resource and keep it registered."""
-        await self.prepare()
-        await self._start_status_server()
-        self.watcher.start(self.use_inotify)
-        self._tasks.append(
-            asyncio.create_task(self._count_kubelet_restarts(), name="kubelet-restarts")
-        )
-        for resource in self.resources.values():
-            resource.runner = ResourceRunner(
-                self.config, resource.spec, resource.servicer, self.watcher, self.telemetry
-            )
-            self._tasks.append(
-                asyncio.create_task(resource.runner.run(), name=f"resource-{resource.spec.name}")
-            )
-        for scanner in self.scanners:
-            self._tasks.append(
-                asyncio.create_task(scanner.run(), name=f"scan-{scanner.driver.name}")
-            )
-        waits = [
-            asyncio.create_task(r.runner.serving.wait())
-            for r in self.resources.values()
-            if r.runner
-        ]
-        if waits:
-            await asyncio.wait(waits, timeout=START_WAIT_SECONDS)
-        log.info(
-            "serving %d resources: %s", len(self.resources), ", ".join(self.resources) or "none"
-        )
-
-    async def prepare(self, scan: bool = True) -> None:
-        """Load and configure drivers, collect their resources, take a first snapshot.
-
-        Nothing is served yet; ``devicehost drivers`` and ``devicehost devices`` stop here.
-        """
-        config = self.config
-        if self.plugins is None:
-            self.plugins = load_plugins(allow=config.enabled_drivers, deny=config.disabled_drivers)
-        names = {info.name for info in self.plugins.infos}
-        for name in config.drivers:
-            if name not in names:
-                log.warning(
-                    "config drivers.%s: no installed driver is named %r; section "
-                    "ignored (installed: %s)",
-                    name,
-                    name,
-                    ", ".join(sorted(names)),
-                )
-        if config.simulate:
-            await self._simulate()
-        # Drivers configure concurrently; resources are then claimed in a stable order.
-        drivers = list(self.plugins.drivers)
-        answers = await asyncio.gather(*(self._configure(d) for d in drivers))
-        for driver, answer in zip(drivers, answers, strict=True):
-            if answer is not None:
-                self._add_resources(driver, *answer)
-        if scan:
-            await asyncio.gather(*(s.scan_once() for s in self.scanners))
-        for info in self.plugins.infos:
-            log.info(
-                "%s %s (%s %s): %s%s",
-                info.kind,
-                info.name,
-                info.distribution,
-                info.version,
-                info.status,
-                f" — {info.reason}" if info.reason else "",
-            )
-            for note in info.notes:
-                log.info("driver %s: %s", info.name, note)
-
-    async def _simulate(self) -> None:
-        """Let every driver build its simulated node, concurrently, each in a tree of its
-        own under a fresh temporary directory: never inside ``--root`` (on a real node that
-        is the host's ``/``), and never shared, so one driver's fake devices cannot collide
-        with another's."""
-        assert self.plugins is not None
-        self._sim_root = Path(tempfile.mkdtemp(prefix="devicehost-sim-"))
-        node = self.config.simulate_node or "each driver's default"
-        log.info("simulating hardware (%s) under %s", node, self._sim_root)
-        drivers = [d for d in self.plugins.drivers if d.implements("devicehost_simulate")]
-        await asyncio.gather(*(self._simulate_driver(d) for d in drivers))
-
-    def driver_root(self, driver: Driver) -> Path:
-        """The host's ``/`` as this driver sees it: its own simulated tree, or ``--root``."""
-        if self._sim_root is None:
-            return self.config.root
-        root = self._sim_root / driver.name
-        root.mkdir(exist_ok=True)
-        return root
-
-    def simulated_root(self, driver: str) -> Path | None:
-        """The simulated tree of the driver named ``driver``, or None when not simulating."""
-        if self._sim_root is None or not (self._sim_root / driver).is_dir():
-            return None
-        return self._sim_root / driver
-
-    async def _simulate_driver(self, driver: Driver) -> None:
-        assert self.plugins is not None
-        try:
-            await driver.acall(
-                "devicehost_simulate",
-                self.config.hook_timeout,
-                root=self.driver_root(driver),
-                config=self.config.driver_section(driver.name),
-                node=self.config.simulate_node,
-            )
-        except DriverError as exc:
-            self.plugins.mark(driver, DriverStatus.FAILED, str(exc))
-            log.error("%s; the driver is skipped", exc)
-
-    async def _configure(self, driver: Driver) -> tuple[Any, Any] | None:
-        """configure → resources → notes; a driver that fails here is marked, not fatal."""
-        assert self.plugins is not None
-        timeout = self.config.hook_timeout
-        try:
-            await driver.acall(
-                "devicehost_configure",
-                timeout,
-                config=self.config.driver_section(driver.name),
-                root=self.driver_root(driver),
-                simulated=self.config.simulate,
-            )
-            specs = await driver.acall("devicehost_resources", timeout)
-            notes = await driver.acall("devicehost_notes", timeout)
-        except DriverUnavailable as exc:
-            self.plugins.mark(driver, DriverStatus.UNAVAILABLE, str(exc))
-            log.info("driver %r is unavailable on this node: %s", driver.name, exc)
-            return None
-        except DriverError as exc:
-            if isinstance(exc.__cause__, ValueError) and exc.hook == "devicehost_configure":
-                raise ConfigError("config", f"drivers.{driver.name}", str(exc.__cause__)) from exc
-            self.plugins.mark(driver, DriverStatus.FAILED, str(exc))
-            log.error("%s; the driver is skipped", exc)
-            return None
-        return specs, notes
-
-    def _add_resources(self, driver: Driver, specs: Any, notes: Any) -> None:
-        """Create the states and servicers of a driver's resources, refusing taken names."""
-        timeout = self.config.hook_timeout
-        driver.info.notes = [str(n) for note_list in notes for n in note_list or ()]
-        states: dict[str, ResourceState] = {}
-        for spec in [s for spec_list in specs or () for s in spec_list or ()]:
-            if not isinstance(spec, ResourceSpec):
-                log.error(
-                    "driver %r, hook devicehost_resources: returned %r, expected "
-                    "ResourceSpec; skipped",
-                    driver.name,
-                    spec,
-                )
-                continue
-            owner = self.resources.get(spec.name)
-            if owner is not None:
-                log.error(
-                    "resource %r is claimed by driver %r (%s) and by driver %r (%s); "
-                    "the first keeps it, the second is refused — disable one of them",
-                    spec.name,
-                    owner.driver.name,
-                    owner.driver.info.distribution,
-                    driver.name,
-                    driver.info.distribution,
-                )
-                driver.info.reason = (
-                    f"resource {spec.name!r} refused: already served by "
-                    f"{owner.driver.info.distribution}"
-                )
-                continue
-            state = ResourceState(spec.name)
-            states[spec.name] = state
-            servicer = DevicePluginServicer(spec, driver, state, timeout, self.telemetry)
-            self.resources[spec.name] = Resource(spec, driver, state, servicer)
-        self.scanners.append(
-            Scanner(
-                driver,
-                states,
-                self.config.scan_interval,
-                timeout,
-                on_error=self.telemetry.driver_error,
-            )
-        )
-
     async def _start_status_server(self) -> None:
         address = self.config.metrics_address
         if not address:
@@ -328,67 +447,87 @@ class Host:
             ) from exc
         self.status_server = server
 
+    # -- stop ------------------------------------------------------------------------------
+
     async def stop(self) -> None:
-        """End streams, stop servers and remove sockets, then let drivers release."""
+        """End streams, stop servers and remove sockets, and stop every worker (bounded)."""
         for resource in self.resources.values():
             resource.state.close()
         await asyncio.sleep(STREAM_GRACE_SECONDS)  # let open streams send their end cleanly
-        for scanner in self.scanners:
-            scanner.stop()
-        for task in self._tasks:
+        tasks = [
+            *self._tasks,
+            *self._driver_tasks,
+            *self._scan_tasks.values(),
+            *(r.task for r in self.resources.values() if r.task is not None),
+        ]
+        for task in tasks:
             task.cancel()
-        if self._tasks:
-            _, stuck = await asyncio.wait(self._tasks, timeout=STOP_TASKS_SECONDS)
+        workers = asyncio.gather(
+            *(handle.stop() for handle in self.drivers.values()), return_exceptions=True
+        )
+        if tasks:
+            _, stuck = await asyncio.wait(tasks, timeout=STOP_TASKS_SECONDS)
             for task in stuck:
                 log.warning(
-                    "stopping: %s did not finish within %.0f s; left behind",
+                    "stopping: %s did not finish within %.1f s; left behind",
                     task.get_name(),
                     STOP_TASKS_SECONDS,
                 )
         self.watcher.close()
-        if self.plugins:
-            await asyncio.gather(*(self._shutdown_driver(d) for d in self.plugins.drivers))
-            for driver in self.plugins.drivers:
-                driver.pool.close()
+        closing = [workers, self.telemetry.close()]
         if self.status_server:
-            await self.status_server.close()
-        await self.telemetry.close()
+            closing.append(self.status_server.close())
+        await asyncio.gather(*closing, return_exceptions=True)
         if self._sim_root:
             shutil.rmtree(self._sim_root, ignore_errors=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
         log.info("stopped")
 
-    async def _shutdown_driver(self, driver: Driver) -> None:
-        # A thread of its own: every worker of the driver may be stuck in a hung hook.
-        pool = WorkerPool(f"shutdown-{driver.name}", size=1)
-        try:
-            await run_with_timeout(
-                pool, lambda: driver.call("devicehost_shutdown"), SHUTDOWN_HOOK_SECONDS
-            )
-        except TimeoutError:
-            log.warning(
-                "driver %r, hook devicehost_shutdown: did not return within %.0f s",
-                driver.name,
-                SHUTDOWN_HOOK_SECONDS,
-            )
-        except DriverError as exc:
-            log.warning("%s", exc)
-        finally:
-            pool.close()
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 async def serve(
     config: HostConfig, stop: asyncio.Event | None = None, host: Host | None = None
 ) -> None:
-    """Run a host until SIGTERM/SIGINT (or ``stop`` is set), then stop it gracefully."""
+    """Run a host until SIGTERM/SIGINT (or ``stop`` is set), then stop it gracefully.
+
+    A signal is honoured at any moment, start-up included: a driver still starting is not
+    waited for. SIGHUP is ignored with a log line (devicehost does not reload its config;
+    restart the pod to apply a new one).
+    """
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signum, stop.set)
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.add_signal_handler(
+            signal.SIGHUP,
+            lambda: log.warning(
+                "SIGHUP ignored: devicehost does not reload its config; restart it to apply one"
+            ),
+        )
     host = host or Host(config)
+    starting = asyncio.create_task(host.start(), name="start")
+    stopping = asyncio.create_task(stop.wait(), name="stop-signal")
     try:
-        await host.start()
-        await stop.wait()
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if starting.done():
+            starting.result()  # a config error at start-up ends the process with its message
+            await stopping
         log.info("stopping")
     finally:
+        for task in (starting, stopping):
+            task.cancel()
+        await asyncio.gather(starting, stopping, return_exceptions=True)
         await host.stop()

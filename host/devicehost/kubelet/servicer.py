@@ -11,15 +11,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from opentelemetry.trace import Span
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from devicehost.compose import CompositionClash, compose
-from devicehost.drivers.discovery import Driver
+from devicehost.compose import CompositionClash, PolicyChain, compose
 from devicehost.drivers.snapshots import ResourceState
 from devicehost.errors import DriverError, DriverTimeout
 from devicehost.kubelet.preferred import numa_map, preferred_allocation
@@ -27,8 +26,20 @@ from devicehost.model import NO_EDITS, Allocation, Device, ResourceSpec
 from devicehost.telemetry import tracing
 from devicehost.telemetry.facade import Telemetry
 from devicehost.telemetry.tracing import fail
+from devicehost.validation import Invalid, edits_from_plain
 
 log = logging.getLogger(__name__)
+
+
+class DriverCalls(Protocol):
+    """What the servicer needs of a driver: its name, its hooks, and calls into it."""
+
+    name: str
+
+    def implements(self, hook: str) -> bool: ...
+
+    async def acall(self, hook: str, timeout: float, **kwargs: Any) -> Any: ...
+
 
 T = TypeVar("T")
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -110,10 +121,11 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     def __init__(
         self,
         spec: ResourceSpec,
-        driver: Driver,
+        driver: DriverCalls,
         state: ResourceState,
         timeout: float,
         telemetry: Telemetry | None = None,
+        policies: PolicyChain | None = None,
     ) -> None:
         self.spec = spec
         self.resource = spec.name
@@ -121,6 +133,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         self.state = state
         self.timeout = timeout
         self.telemetry = telemetry or Telemetry()
+        self.policies = policies
         self.tracing = self.telemetry.tracing
         self.options = pb.DevicePluginOptions(
             pre_start_required=driver.implements("devicehost_pre_start"),
@@ -203,6 +216,8 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             extra = await self._driver_allocation(device_ids, index)
         try:
             edits = compose(self.spec, self.state.devices, device_ids, extra)
+            if self.policies is not None:
+                edits = self.policies.apply(self.resource, list(device_ids), edits)
         except CompositionClash as clash:
             self.telemetry.driver_error(self.driver.name, "devicehost_allocate")
             message = f"driver {self.driver.name!r}, resource {self.resource!r}: {clash}"
@@ -211,23 +226,21 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         return allocation_to_pb(edits)
 
     async def _driver_allocation(self, device_ids: Sequence[str], index: int) -> Allocation:
-        allocation = await self.call_driver(
+        """The driver's allocation-time edits, rebuilt and checked like any driver answer."""
+        answer = await self.call_driver(
             "devicehost_allocate",
             device_ids=list(device_ids),
             span_attributes={tracing.CONTAINER_INDEX: index, tracing.REQUESTED: list(device_ids)},
         )
-        if allocation is None:
-            return NO_EDITS
-        if not isinstance(allocation, Allocation):
+        try:
+            return edits_from_plain(answer)
+        except Invalid as exc:
             self.telemetry.driver_error(self.driver.name, "devicehost_allocate")
             error = DriverError(
-                self.driver.name,
-                "devicehost_allocate",
-                f"returned {type(allocation).__name__}, expected Allocation",
+                self.driver.name, "devicehost_allocate", f"returned an invalid Allocation: {exc}"
             )
             log.error("%s (resource %r)", error, self.resource)
-            raise driver_refusal(error)
-        return allocation
+            raise driver_refusal(error) from None
 
     async def prefer_one(self, request: pb.ContainerPreferredAllocationRequest) -> list[str]:
         available = list(dict.fromkeys(request.available_deviceIDs))

@@ -147,6 +147,11 @@ class Metrics:
             "Driver hook calls that raised, timed out or returned invalid data.",
             ("driver", "hook"),
         )
+        self.driver_restarts = Counter(
+            "devicehost_driver_restarts_total",
+            "Times a driver's worker process was started again after it went down.",
+            ("driver",),
+        )
         self.gauges: list[Gauge] = []
 
     def add_gauge(self, gauge: Gauge) -> None:
@@ -159,6 +164,7 @@ class Metrics:
             self.registrations,
             self.kubelet_restarts,
             self.driver_errors,
+            self.driver_restarts,
             *self.gauges,
         ]
         return "\n".join(line for metric in metrics for line in metric.render()) + "\n"

@@ -11,13 +11,15 @@ instead of stopping at the first::
 
 Checked: the driver loads and validates; ``resources`` returns valid, unique
 ``ResourceSpec``s; every enumeration returns valid, unique IDs with legal health; every
-healthy device allocates alone to a well-formed ``Allocation``; an unknown ID is refused;
+healthy device, and all healthy devices together, compose into edits that give the container
+something without a clash; a driver ``allocate`` (when implemented) refuses an unknown ID;
 ``preferred_allocation`` (when implemented) returns valid choices; every hook returns
 within ``timeout``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Mapping
@@ -25,12 +27,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devicehost.drivers.discovery import Driver, DriverStatus, load_plugins
-from devicehost.drivers.scan import clean_devices
-from devicehost.errors import DriverError
-from devicehost.model import Allocation, ResourceSpec
+from devicehost.compose import CompositionClash, compose
+from devicehost.drivers.discovery import DRIVER_GROUP, DriverStatus, load_plugins
+from devicehost.drivers.process import WorkerExited, WorkerProcess
+from devicehost.errors import DriverError, DriverUnavailable
+from devicehost.model import NO_EDITS, Device, ResourceSpec
+from devicehost.validation import (
+    Invalid,
+    choice_from_plain,
+    devices_from_plain,
+    edits_from_plain,
+    resources_from_plain,
+)
 
 UNKNOWN_ID = "devicehost-conformance-no-such-device"
+#: A plugin directory path as long as the kubelet's default, to check socket path lengths.
+KUBELET_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 
 
 class ConformanceError(AssertionError):
@@ -53,83 +65,92 @@ class ConformanceReport:
 
 
 class _Battery:
-    def __init__(self, driver: Driver, timeout: float) -> None:
-        self.driver = driver
+    """Drives the driver in its own worker process, exactly as the host does."""
+
+    def __init__(self, process: WorkerProcess, timeout: float) -> None:
+        self.process = process
+        self.driver = process.driver
         self.timeout = timeout
         self.problems: list[str] = []
-        self.report = ConformanceReport(driver.name)
+        self.report = ConformanceReport(process.driver)
 
-    def call(self, hook: str, **kwargs: Any) -> Any:
+    async def call(self, hook: str, **kwargs: Any) -> Any:
         started = time.monotonic()
         try:
-            return self.driver.call(hook, **kwargs)
+            return await self.process.call(hook, self.timeout, **kwargs)
         finally:
             elapsed = time.monotonic() - started
-            if elapsed > self.timeout:
-                self.problems.append(
-                    f"{hook} took {elapsed:.2f} s, over the {self.timeout} s hook timeout"
-                )
             if elapsed > self.report.slowest_hook[1]:
                 self.report.slowest_hook = (hook, elapsed)
 
-    def resource(self, name: str) -> None:
+    async def resource(self, spec: ResourceSpec) -> None:
+        name = spec.name
         try:
-            raw = self.call("devicehost_enumerate", resource=name)
-            devices, dropped = clean_devices(self.driver.name, name, raw, set())
+            raw = await self.call("devicehost_enumerate", resource=name)
+            devices, problems = devices_from_plain(self.driver, raw)
         except DriverError as exc:
             self.problems.append(str(exc))
             return
-        if dropped:
-            self.problems.append(
-                f"{name}: enumerate returned {dropped} invalid or duplicate devices (see the "
-                "log for each)"
-            )
+        self.problems += [f"{name}: enumerate returned an invalid device: {p}" for p in problems]
         self.report.devices[name] = len(devices)
+        table = {d.id: d for d in devices}
         healthy = [d.id for d in devices if d.healthy]
         self.report.healthy[name] = len(healthy)
         for device_id in healthy:
-            self.allocation(name, [device_id])
-        try:
-            self.call("devicehost_allocate", resource=name, device_ids=[UNKNOWN_ID])
-            self.problems.append(
-                f"{name}: allocate accepted the unknown ID {UNKNOWN_ID!r}; "
-                "it must raise (devicehost.UnknownDevice)"
-            )
-        except DriverError:
-            pass
-        if self.driver.implements("devicehost_preferred_allocation") and healthy:
-            self.preferred(name, healthy)
+            await self.allocation(spec, table, [device_id])
+        if len(healthy) > 1:
+            await self.allocation(spec, table, healthy)
+        if "devicehost_allocate" in self.process.hooks:
+            try:
+                await self.call("devicehost_allocate", resource=name, device_ids=[UNKNOWN_ID])
+                self.problems.append(
+                    f"{name}: allocate accepted the unknown ID {UNKNOWN_ID!r}; "
+                    "it must raise (devicehost.UnknownDevice)"
+                )
+            except DriverError:
+                pass
+        if "devicehost_preferred_allocation" in self.process.hooks and healthy:
+            await self.preferred(name, healthy)
 
-    def allocation(self, name: str, ids: list[str]) -> None:
+    async def allocation(
+        self, spec: ResourceSpec, devices: Mapping[str, Device], ids: list[str]
+    ) -> None:
+        """What the host would compose for ``ids``: it must give the container something."""
+        extra = NO_EDITS
+        if "devicehost_allocate" in self.process.hooks:
+            try:
+                extra = edits_from_plain(
+                    await self.call("devicehost_allocate", resource=spec.name, device_ids=ids)
+                )
+            except (DriverError, Invalid) as exc:
+                self.problems.append(f"{spec.name}: allocating healthy {ids} failed: {exc}")
+                return
         try:
-            result = self.call("devicehost_allocate", resource=name, device_ids=ids)
-        except DriverError as exc:
-            self.problems.append(f"{name}: allocating healthy {ids} failed: {exc}")
+            edits = compose(spec, devices, ids, extra)
+        except CompositionClash as clash:
+            self.problems.append(f"{spec.name}: the edits of {ids} clash: {clash}")
             return
-        if not isinstance(result, Allocation):
-            self.problems.append(
-                f"{name}: allocate({ids}) returned {type(result).__name__}, expected Allocation"
-            )
-        elif not (result.envs or result.mounts or result.devices or result.cdi_devices):
-            self.problems.append(f"{name}: allocate({ids}) gave the container nothing")
+        if not edits:
+            self.problems.append(f"{spec.name}: a container given {ids} would get nothing")
 
-    def preferred(self, name: str, healthy: list[str]) -> None:
+    async def preferred(self, name: str, healthy: list[str]) -> None:
         for size in range(1, min(len(healthy), 4) + 1):
             must = healthy[-1:]
             try:
-                chosen = self.call(
-                    "devicehost_preferred_allocation",
-                    resource=name,
-                    available=healthy,
-                    must_include=must,
-                    size=size,
+                chosen = choice_from_plain(
+                    await self.call(
+                        "devicehost_preferred_allocation",
+                        resource=name,
+                        available=healthy,
+                        must_include=must,
+                        size=size,
+                    )
                 )
-            except DriverError as exc:
-                self.problems.append(f"{name}: preferred_allocation(size={size}) raised: {exc}")
+            except (DriverError, Invalid) as exc:
+                self.problems.append(f"{name}: preferred_allocation(size={size}) failed: {exc}")
                 continue
             if chosen is None:
                 continue
-            chosen = list(chosen)
             if (
                 len(chosen) != size
                 or len(set(chosen)) != size
@@ -148,14 +169,22 @@ def check_driver(
     *,
     config: Mapping[str, Any] | None = None,
     simulated: bool = False,
+    node: str = "",
     timeout: float = 10.0,
 ) -> ConformanceReport:
     """Run the battery on the installed driver ``name``; raise ``ConformanceError`` on failure.
 
-    With ``simulated=True`` the driver first builds its simulated hardware under ``root``
-    (``devicehost_simulate``) and is configured as under ``devicehost demo``.
+    The driver runs in its own worker process, as under the host. With ``simulated=True``
+    it first builds its simulated hardware (``node``: a simulated machine's name) under
+    ``root`` (``devicehost_simulate``) and is configured as under ``devicehost demo``.
     """
-    plugins = load_plugins(allow=[name])
+    return asyncio.run(_check(name, Path(root), dict(config or {}), simulated, node, timeout))
+
+
+async def _check(
+    name: str, root: Path, config: dict[str, Any], simulated: bool, node: str, timeout: float
+) -> ConformanceReport:
+    plugins = load_plugins()
     info = next((i for i in plugins.infos if i.name == name and i.kind == "driver"), None)
     if info is None:
         raise ConformanceError(
@@ -167,29 +196,44 @@ def check_driver(
         )
     if info.status is not DriverStatus.ACTIVE:
         raise ConformanceError(name, [f"driver is {info.status}: {info.reason}"])
-    battery = _Battery(plugins.drivers[0], timeout)
-    root = Path(root)
+    process = WorkerProcess(
+        name, info.distribution, DRIVER_GROUP, lambda r: None, lambda r, m: None
+    )
     try:
-        if simulated:
-            battery.call("devicehost_simulate", root=root)
-        battery.call(
-            "devicehost_configure", config=dict(config or {}), root=root, simulated=simulated
-        )
-        results = battery.call("devicehost_resources")
-        specs = [s for specs in results or () for s in specs or ()]
-    except DriverError as exc:
-        raise ConformanceError(name, [str(exc)]) from exc
-    names = [s.name for s in specs if isinstance(s, ResourceSpec)]
-    if len(names) != len(specs):
-        battery.problems.append(f"resources returned non-ResourceSpec values: {specs!r}")
-    if len(set(names)) != len(names):
-        battery.problems.append(f"resources returned a name twice: {names}")
-    for resource in dict.fromkeys(names):
-        battery.resource(resource)
+        await process.start(timeout)
+    except (DriverError, DriverUnavailable, WorkerExited) as exc:
+        raise ConformanceError(name, [f"the driver did not load: {exc}"]) from exc
+    battery = _Battery(process, timeout)
     try:
-        battery.call("devicehost_shutdown")
-    except DriverError as exc:
-        battery.problems.append(str(exc))
+        await _run(battery, root, config, simulated, node)
+    finally:
+        await process.stop(2.0)
     if battery.problems:
         raise ConformanceError(name, battery.problems)
     return battery.report
+
+
+async def _run(
+    battery: _Battery, root: Path, config: dict[str, Any], simulated: bool, node: str
+) -> None:
+    try:
+        if simulated:
+            await battery.call("devicehost_simulate", root=str(root), config=config, node=node)
+        await battery.call(
+            "devicehost_configure", config=config, root=str(root), simulated=simulated
+        )
+        raw = await battery.call("devicehost_resources")
+        specs, problems = resources_from_plain(battery.driver, raw, KUBELET_PLUGIN_DIR)
+        await battery.call("devicehost_notes")
+    except DriverError as exc:
+        raise ConformanceError(battery.driver, [str(exc)]) from exc
+    battery.problems += [f"resources returned an invalid resource: {p}" for p in problems]
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        battery.problems.append(f"resources returned a name twice: {names}")
+    for spec in {s.name: s for s in specs}.values():
+        await battery.resource(spec)
+    try:
+        await battery.call("devicehost_shutdown")
+    except DriverError as exc:
+        battery.problems.append(str(exc))

@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+from collections.abc import Awaitable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
 from devicehost.config import HostConfig
 from devicehost.lifecycle import Host
 from devicehost.testing.fakeroot import FakeRoot
+
+T = TypeVar("T")
 
 
 class HostThread:
@@ -58,6 +61,14 @@ class HostThread:
             return fn(*args)
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
+
+    def run(self, awaitable: Awaitable[T], timeout: float = 30.0) -> T:
+        """Await ``awaitable`` on the host's loop (e.g. a driver call) and return its result."""
+
+        async def run() -> T:
+            return await awaitable
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
 
     def simulated_root(self, driver: str) -> FakeRoot:
         """The tree ``driver`` simulates its hardware in (under ``simulate=True``), to flip

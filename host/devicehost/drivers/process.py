@@ -1,0 +1,331 @@
+"""One run of a driver's worker process, seen from the host: spawn, call, watch it die.
+
+The host talks to the worker over a socket pair (``protocol``) and reads its stderr as the
+driver's log. Calls are bounded: at most ``MAX_PENDING`` at a time, each with a timeout;
+a call whose caller gives up is cancelled in the worker before it starts. A worker that
+stops answering (every call thread stuck, or no answer to a ping after a timeout) is
+killed, so the supervisor can start a fresh one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from devicehost.drivers.protocol import HEADER, ProtocolError, body_length, decode, encode
+from devicehost.errors import DriverError, DriverTimeout, DriverUnavailable
+
+log = logging.getLogger(__name__)
+
+MAX_PENDING = 32
+STDERR_TAIL_LINES = 20
+PING_SECONDS = 1.0
+KILL_GRACE_SECONDS = 0.5
+#: The worker's call threads (``worker.CALL_THREADS``): that many stuck calls means it is hung.
+WORKER_THREADS = 4
+
+
+class WorkerExited(Exception):
+    """The worker process ended (or was killed because it stopped answering)."""
+
+
+class DriverBusy(DriverError):
+    """The driver already has ``MAX_PENDING`` calls waiting; this one is refused at once.
+
+    It means the driver is slower than the requests it gets (often a hung vendor call).
+    """
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-returncode).name}"
+        return f"killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+class WorkerProcess:
+    """A started worker: ``call()`` runs hooks in it; ``exited`` completes when it ends."""
+
+    def __init__(
+        self,
+        driver: str,
+        distribution: str,
+        group: str,
+        on_notify: Callable[[str], None],
+        on_watch_error: Callable[[str, str], None],
+        log_level: str = "info",
+    ) -> None:
+        self.driver = driver
+        self.distribution = distribution
+        self.group = group
+        self.on_notify = on_notify
+        self.on_watch_error = on_watch_error
+        self.log_level = log_level
+        self.pid: int | None = None
+        self.hooks: frozenset[str] = frozenset()
+        self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self.exited: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._process: asyncio.subprocess.Process | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._stuck: set[int] = set()
+        self._ids = itertools.count(1)
+        self._ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._pong: asyncio.Event = asyncio.Event()
+
+    # -- start -----------------------------------------------------------------------------
+
+    async def start(self, timeout: float) -> None:
+        """Spawn the worker and wait until the driver is imported and registered.
+
+        Raises ``DriverUnavailable`` (no hardware or vendor library), ``DriverError`` (the
+        import failed or the driver is invalid) or ``WorkerExited`` (it died or hung).
+        """
+        parent, child = socket.socketpair()
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "devicehost.drivers.worker",
+                "--fd",
+                str(child.fileno()),
+                "--group",
+                self.group,
+                "--name",
+                self.driver,
+                "--distribution",
+                self.distribution,
+                "--log-level",
+                self.log_level,
+                pass_fds=(child.fileno(),),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+                env=_worker_environment(),
+            )
+        finally:
+            child.close()
+        self.pid = self._process.pid
+        reader, self._writer = await asyncio.open_unix_connection(sock=parent)
+        self._tasks = [
+            asyncio.create_task(self._read_channel(reader), name=f"worker-{self.driver}-channel"),
+            asyncio.create_task(self._read_stderr(), name=f"worker-{self.driver}-stderr"),
+            asyncio.create_task(self._wait_exit(), name=f"worker-{self.driver}-exit"),
+        ]
+        try:
+            async with asyncio.timeout(timeout):
+                ready = await asyncio.shield(self._ready)
+        except TimeoutError:
+            await self.kill(f"its driver did not finish importing within {timeout:g} s")
+            raise WorkerExited(await asyncio.shield(self.exited)) from None
+        self.hooks = frozenset(str(h) for h in ready.get("hooks", ()) if isinstance(h, str))
+
+    # -- channel ---------------------------------------------------------------------------
+
+    def _send(self, message: dict[str, Any]) -> None:
+        if self._writer is not None and not self._writer.is_closing():
+            self._writer.write(encode(message))
+
+    async def _read_channel(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                header = await reader.readexactly(HEADER.size)
+                message = decode(await reader.readexactly(body_length(header)))
+                self._dispatch(message)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the worker closed its end: it is exiting
+        except ProtocolError as exc:
+            await self.kill(f"it broke the channel protocol: {exc}")
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        if "result" in message or "error" in message:
+            call_id = message.get("result", message.get("error"))
+            future = self._pending.get(call_id) if isinstance(call_id, int) else None
+            self._stuck.discard(call_id) if isinstance(call_id, int) else None
+            if future is not None and not future.done():
+                if "result" in message:
+                    future.set_result(message.get("value"))
+                else:
+                    future.set_exception(_error(message))
+        elif "notify" in message:
+            self.on_notify(str(message["notify"]))
+        elif "watch_error" in message:
+            self.on_watch_error(str(message["watch_error"]), str(message.get("message", "")))
+        elif "pong" in message:
+            self._pong.set()
+        elif not self._ready.done():
+            if "ready" in message and isinstance(message["ready"], dict):
+                self._ready.set_result(message["ready"])
+            elif "unavailable" in message:
+                self._ready.set_exception(DriverUnavailable(str(message["unavailable"])))
+            else:
+                reason = str(message.get("failed", f"unexpected first message {message!r:.200}"))
+                self._ready.set_exception(DriverError(self.driver, "import", reason))
+
+    async def _read_stderr(self) -> None:
+        assert self._process is not None and self._process.stderr is not None
+        driver_log = logging.getLogger(f"devicehost.driver.{self.driver}")
+        async for raw in self._process.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            if not line:
+                continue
+            self.tail.append(line)
+            level = _level_of(line)
+            driver_log.log(level, "driver %r: %s", self.driver, line)
+
+    async def _wait_exit(self) -> None:
+        assert self._process is not None
+        code = await self._process.wait()
+        # Let the stderr reader take the last lines before they are quoted.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._tasks[1]), 0.5)
+        # asyncio leaves a finished subprocess's transport open until it is garbage
+        # collected, which then fails on a closed loop; close it while the loop runs.
+        transport = getattr(self._process, "_transport", None)
+        if transport is not None:
+            transport.close()
+        why = describe_exit(code)
+        if not self.exited.done():
+            self.exited.set_result(why)
+        error = WorkerExited(why)
+        if not self._ready.done():
+            self._ready.set_exception(error)
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(RuntimeError(f"its worker process {why}"))
+        if self._writer is not None:
+            self._writer.close()
+
+    # -- calls -----------------------------------------------------------------------------
+
+    async def call(self, hook: str, timeout: float, **kwargs: Any) -> Any:
+        """Run ``hook`` in the worker and return its plain answer.
+
+        ``DriverTimeout`` after ``timeout`` (the call is cancelled in the worker if it has
+        not started), ``DriverBusy`` at once when too many calls wait, ``DriverError`` when
+        the hook raised or the worker died, ``DriverUnavailable`` when the driver said so.
+        """
+        if self.exited.done():
+            raise DriverError(self.driver, hook, f"its worker process {self.exited.result()}")
+        if len(self._pending) >= MAX_PENDING:
+            raise DriverBusy(
+                self.driver, hook, f"{MAX_PENDING} calls are already waiting; refused at once"
+            )
+        call_id = next(self._ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[call_id] = future
+        self._send({"call": call_id, "hook": hook, "kwargs": kwargs})
+        try:
+            async with asyncio.timeout(timeout):
+                return await future
+        except (DriverError, DriverUnavailable):
+            raise
+        except ValueError as exc:
+            raise DriverError(self.driver, hook, f"ValueError: {exc}") from exc
+        except RuntimeError as exc:
+            raise DriverError(self.driver, hook, str(exc)) from None
+        except TimeoutError:
+            self._gave_up(call_id)
+            raise DriverTimeout(self.driver, hook, f"did not return within {timeout:g} s") from None
+        except asyncio.CancelledError:
+            self._gave_up(call_id)
+            raise
+        finally:
+            self._pending.pop(call_id, None)
+
+    def _gave_up(self, call_id: int) -> None:
+        """Cancel the call in the worker; if the worker now looks hung, check it is alive."""
+        self._send({"cancel": call_id})
+        self._stuck.add(call_id)
+        if len(self._stuck) >= WORKER_THREADS:
+            asyncio.get_running_loop().create_task(
+                self.kill(f"all its {WORKER_THREADS} call threads are stuck in hooks")
+            )
+        else:
+            asyncio.get_running_loop().create_task(self._check_alive())
+
+    async def _check_alive(self) -> None:
+        self._pong.clear()
+        self._send({"ping": True})
+        try:
+            await asyncio.wait_for(self._pong.wait(), PING_SECONDS)
+        except TimeoutError:
+            await self.kill(f"it did not answer a ping within {PING_SECONDS:g} s")
+
+    def start_watches(self, resources: list[str]) -> None:
+        if "devicehost_watch" in self.hooks and resources:
+            self._send({"watch": resources})
+
+    # -- stop ------------------------------------------------------------------------------
+
+    async def stop(self, grace: float) -> None:
+        """Ask the worker to run ``shutdown`` and exit; kill it after ``grace`` seconds."""
+        if self._process is None or self.exited.done():
+            return
+        log.debug("driver %r: stopping its worker (pid %s)", self.driver, self.pid)
+        self._send({"stop": True})
+        try:
+            await asyncio.wait_for(asyncio.shield(self.exited), grace)
+        except TimeoutError:
+            await self.kill(f"it did not stop within {grace:g} s")
+        await self._finish()
+
+    async def kill(self, why: str) -> None:
+        """End the worker now (SIGKILL: a hung vendor call cannot be interrupted otherwise)."""
+        if self._process is None or self.exited.done():
+            return
+        log.error("driver %r: killing its worker (pid %s): %s", self.driver, self.pid, why)
+        with contextlib.suppress(ProcessLookupError):
+            self._process.send_signal(signal.SIGKILL)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.exited), KILL_GRACE_SECONDS + 2)
+
+    async def _finish(self) -> None:
+        """Let the readers drain to EOF (so the transport closes), then cancel stragglers."""
+        _, late = await asyncio.wait(self._tasks, timeout=1.0)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _error(message: dict[str, Any]) -> Exception:
+    text = str(message.get("message", ""))[:2000]
+    kind = message.get("kind")
+    if kind == "unavailable":
+        return DriverUnavailable(text)
+    if kind == "value":
+        return ValueError(text.removeprefix("ValueError: "))
+    return RuntimeError(text)
+
+
+def _level_of(line: str) -> int:
+    word = line.split(" ", 1)[0]
+    return {
+        "DEBUG": logging.DEBUG,
+        "WARNING": logging.WARNING,
+        "ERROR": logging.ERROR,
+        "CRITICAL": logging.ERROR,
+        "Traceback": logging.ERROR,
+        "Fatal": logging.ERROR,
+    }.get(word, logging.INFO)
+
+
+def _worker_environment() -> dict[str, str]:
+    """The host's environment, with its import path: the worker finds the same drivers."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env.setdefault("PYTHONFAULTHANDLER", "1")  # a segfault leaves a Python stack in the log
+    return env

@@ -1,0 +1,205 @@
+"""Keep one driver's worker process running: start it, bring it up, restart it when it dies.
+
+A worker that exits, crashes (a segfault included), stops answering or cannot import its
+driver is started again with tenacity's capped, jittered exponential back-off. After
+``CRASH_LOOP_RESTARTS`` restarts without a stable run the driver is shown as
+*crash-looping* and retried at the slow cap (five minutes, as the kubelet does with a
+crash-looping container) — never abandoned, so a vendor library that recovers brings the
+devices back without a pod restart. A run that lasted ``STABLE_SECONDS`` resets the
+back-off. Only "no hardware here" (``DriverUnavailable``) and a config error end the
+supervision: neither can change without a new config or node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
+from tenacity.wait import wait_exponential_jitter
+
+from devicehost.drivers.discovery import DRIVER_GROUP, DriverInfo, DriverStatus
+from devicehost.drivers.process import WorkerExited, WorkerProcess
+from devicehost.errors import DriverError, DriverUnavailable
+
+log = logging.getLogger(__name__)
+
+FIRST_RESTART_SECONDS = 1.0
+MAX_RESTART_SECONDS = 300.0
+CRASH_LOOP_RESTARTS = 5
+STABLE_SECONDS = 60.0
+STOP_GRACE_SECONDS = 1.0
+
+
+class WorkerDown(Exception):
+    """This run of the worker ended; the supervisor starts another after a back-off."""
+
+    def __init__(self, why: str, stable: bool) -> None:
+        super().__init__(why)
+        self.why = why
+        self.stable = stable
+
+
+class DriverFinal(Exception):
+    """The driver cannot run on this node with this config (unavailable, config error)."""
+
+
+BringUp = Callable[["DriverHandle", WorkerProcess, bool], Awaitable[None]]
+
+
+class DriverHandle:
+    """One installed driver as the host sees it: status, hooks, and calls into its worker."""
+
+    def __init__(
+        self,
+        info: DriverInfo,
+        start_timeout: float,
+        on_notify: Callable[[str], None] | None = None,
+        log_level: str = "info",
+        first_restart: float = FIRST_RESTART_SECONDS,
+        on_restart: Callable[[str], None] | None = None,
+    ) -> None:
+        self.info = info
+        self.name = info.name
+        self.start_timeout = start_timeout
+        self.on_notify = on_notify or (lambda resource: None)
+        self.log_level = log_level
+        self.first_restart = first_restart
+        self.on_restart = on_restart
+        self.process: WorkerProcess | None = None
+        self.hooks: frozenset[str] = frozenset()
+        #: Set once the first run has brought the driver up, failed for good, or given up.
+        self.settled = asyncio.Event()
+        self._stopping = False
+
+    def implements(self, hook: str) -> bool:
+        """True when the driver itself implements ``hook`` (known once its worker started)."""
+        return hook in self.hooks
+
+    @property
+    def up(self) -> bool:
+        return self.process is not None and not self.process.exited.done()
+
+    async def acall(self, hook: str, timeout: float, **kwargs: Any) -> Any:
+        """Call ``hook`` in the current worker; ``DriverError`` when none is running."""
+        process = self.process
+        if process is None or process.exited.done():
+            raise DriverError(self.name, hook, f"its worker is not running ({self.info.status})")
+        return await process.call(hook, timeout, **kwargs)
+
+    def _mark(self, status: DriverStatus, reason: str = "") -> None:
+        self.info.status = status
+        self.info.reason = reason
+
+    # -- supervision -----------------------------------------------------------------------
+
+    async def supervise(self, bring_up: BringUp, on_down: Callable[[str], None]) -> None:
+        """Run the driver until ``stop()``; restart its worker whenever it goes down."""
+        while not self._stopping:
+            retrying = AsyncRetrying(
+                wait=wait_exponential_jitter(
+                    initial=self.first_restart, max=MAX_RESTART_SECONDS, jitter=self.first_restart
+                ),
+                retry=retry_if_exception_type(WorkerDown),
+                before_sleep=self._before_restart,
+                reraise=True,
+            )
+            try:
+                async for attempt in retrying:
+                    with attempt:
+                        await self._run_once(bring_up, on_down, attempt.retry_state)
+                return
+            except WorkerDown:
+                continue  # a stable run ended: start over with the short back-off
+            except DriverFinal:
+                self.settled.set()
+                return
+
+    async def _run_once(
+        self, bring_up: BringUp, on_down: Callable[[str], None], state: RetryCallState
+    ) -> None:
+        if self._stopping:
+            return
+        first = self.info.restarts == 0 and state.attempt_number == 1
+        if not first:
+            self.info.restarts += 1
+            if self.on_restart:
+                self.on_restart(self.name)
+        process = WorkerProcess(
+            self.name,
+            self.info.distribution,
+            DRIVER_GROUP,
+            on_notify=self.on_notify,
+            on_watch_error=self._watch_error,
+            log_level=self.log_level,
+        )
+        self.process = process
+        started = time.monotonic()
+        try:
+            await process.start(self.start_timeout)
+            self.hooks = process.hooks
+            await bring_up(self, process, first)
+        except DriverUnavailable as exc:
+            self._mark(DriverStatus.UNAVAILABLE, str(exc))
+            log.info("driver %r is unavailable on this node: %s", self.name, exc)
+            await process.stop(STOP_GRACE_SECONDS)
+            raise DriverFinal() from None
+        except DriverFinal:
+            await process.stop(STOP_GRACE_SECONDS)
+            raise
+        except (DriverError, WorkerExited) as exc:
+            why = str(exc)
+            if isinstance(exc, WorkerExited):
+                why = f"its worker {exc}{self._tail(process)}"
+            await process.kill(f"bringing it up failed: {why}")
+            self._down(why, on_down)
+            raise WorkerDown(why, stable=False) from None
+        if not self.settled.is_set():
+            self.settled.set()
+        self._mark(DriverStatus.ACTIVE)
+        why = await asyncio.shield(process.exited)
+        if self._stopping:
+            return
+        why = f"its worker (pid {process.pid}) {why}{self._tail(process)}"
+        self._down(why, on_down)
+        raise WorkerDown(why, stable=time.monotonic() - started >= STABLE_SECONDS)
+
+    def _down(self, why: str, on_down: Callable[[str], None]) -> None:
+        log.error("driver %r is down: %s", self.name, why)
+        self._mark(DriverStatus.RESTARTING, why)
+        on_down(why)
+        if self.info.restarts + 1 >= CRASH_LOOP_RESTARTS:
+            self._mark(DriverStatus.CRASH_LOOPING, why)
+        self.settled.set()  # start-up waits no longer: its state and reason are known
+
+    def _before_restart(self, state: RetryCallState) -> None:
+        delay = state.next_action.sleep if state.next_action else 0.0
+        log.warning(
+            "driver %r: starting its worker again in %.1f s (restart %d)%s",
+            self.name,
+            delay,
+            self.info.restarts + 1,
+            "; crash-looping" if self.info.status is DriverStatus.CRASH_LOOPING else "",
+        )
+
+    def _watch_error(self, resource: str, message: str) -> None:
+        log.error(
+            "driver %r, hook devicehost_watch (resource %r): %s; restarting the watch",
+            self.name,
+            resource,
+            message,
+        )
+
+    @staticmethod
+    def _tail(process: WorkerProcess) -> str:
+        lines = list(process.tail)[-5:]
+        return ("; last output: " + " | ".join(lines)) if lines else ""
+
+    async def stop(self) -> None:
+        """Ask the worker to shut down (bounded), and stop restarting it."""
+        self._stopping = True
+        if self.process is not None:
+            await self.process.stop(STOP_GRACE_SECONDS)

@@ -1,0 +1,310 @@
+"""A driver's own process: import one driver, run its hooks, send plain data to the host.
+
+Started by the host as ``python -m devicehost.drivers.worker`` (a fresh interpreter, never
+a fork of the host's gRPC threads), with one end of a socket pair as ``--fd``. It imports
+only the driver, pluggy and devicehost's model; no gRPC, no OpenTelemetry. Whatever the
+driver does here — raise ``SystemExit``, segfault in a vendor library, hang, return junk —
+costs this process alone: the host reports the driver's devices Unhealthy and restarts it.
+
+Hook calls run in a small pool of threads, so a hung hook holds one thread while the rest
+keep answering. A call the host gave up on before a thread took it is dropped, not run
+late. When the host goes away (the channel closes, or the host dies: the kernel sends
+SIGKILL through ``PR_SET_PDEATHSIG``), the worker exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import inspect
+import logging
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pluggy
+from importlib_metadata import EntryPoint, entry_points
+
+from devicehost import hookspecs
+from devicehost.drivers.protocol import HEADER, NotPlain, body_length, decode, encode, to_plain
+from devicehost.errors import DriverUnavailable
+
+log = logging.getLogger("devicehost.worker")
+
+CALL_THREADS = 4
+SHUTDOWN_SECONDS = 1.5
+WATCH_RESTART_MAX_SECONDS = 30.0
+#: Hooks that take the host's ``/`` as a path.
+PATH_ARGUMENTS = frozenset({"root"})
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when the host dies, even by ``kill -9``."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the host died before prctl took effect
+            os._exit(0)
+
+
+def _missing_vendor_module(exc: BaseException, ep: EntryPoint) -> str | None:
+    """The name of a missing third-party module, if that is why the import failed."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    own_package = ep.value.split(":", 1)[0].split(".", 1)[0]
+    if exc.name.split(".", 1)[0] == own_package:
+        return None
+    return exc.name
+
+
+def _find_entry_point(group: str, name: str, distribution: str) -> EntryPoint | None:
+    for ep in entry_points(group=group, name=name):
+        dist = ep.dist
+        if dist is None or not distribution or (dist.metadata["Name"] or dist.name) == distribution:
+            return ep  # type: ignore[no-any-return]
+    return None
+
+
+def register(pm: pluggy.PluginManager, plugin: Any, name: str) -> str | None:
+    """Register ``plugin``; return pluggy's message (or the unknown hook) when it is refused."""
+    try:
+        pm.register(plugin, name=name)
+    except (pluggy.PluginValidationError, ValueError) as exc:
+        return str(exc)
+    unknown = [
+        hook
+        for hook in dir(pm.hook)
+        if hook.startswith("devicehost_")
+        and getattr(pm.hook, hook).spec is None
+        and any(impl.plugin is plugin for impl in getattr(pm.hook, hook).get_hookimpls())
+    ]
+    if unknown:
+        pm.unregister(name=name)
+        known = ", ".join(hookspecs.HOOK_NAMES)
+        return f"plugin {name!r}: unknown hook {unknown[0]!r}; the hooks are: {known}"
+    return None
+
+
+class Worker:
+    def __init__(self, channel: socket.socket, name: str) -> None:
+        self.channel = channel
+        self.name = name
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self._send_lock = threading.Lock()
+        self._calls: queue.SimpleQueue[tuple[int, str, dict[str, Any]] | None] = queue.SimpleQueue()
+        self._cancelled: set[int] = set()
+        self._cancel_lock = threading.Lock()
+        self._stop = threading.Event()
+
+    # -- channel ---------------------------------------------------------------------------
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = encode(message)
+        with self._send_lock:
+            try:
+                self.channel.sendall(data)
+            except OSError:
+                os._exit(0)  # the host is gone
+
+    def _receive(self) -> dict[str, Any] | None:
+        header = self._read_exactly(HEADER.size)
+        if header is None:
+            return None
+        body = self._read_exactly(body_length(header))
+        return None if body is None else decode(body)
+
+    def _read_exactly(self, size: int) -> bytes | None:
+        chunks, left = [], size
+        while left:
+            try:
+                chunk = self.channel.recv(min(left, 1 << 20))
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    # -- loading ---------------------------------------------------------------------------
+
+    def load(self, group: str, distribution: str) -> bool:
+        """Import the driver and register it; tell the host how that went."""
+        ep = _find_entry_point(group, self.name, distribution)
+        if ep is None:
+            self.send({"failed": f"no entry point {self.name!r} in group {group!r}"})
+            return False
+        try:
+            obj = ep.load()
+            plugin = obj() if inspect.isclass(obj) else obj
+        except DriverUnavailable as exc:
+            self.send({"unavailable": str(exc)})
+            return False
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt at import too
+            missing = _missing_vendor_module(exc, ep)
+            if missing:
+                self.send({"unavailable": f"vendor library {missing!r} is not installed"})
+            else:
+                log.error("import of %s failed", ep.value, exc_info=True)
+                self.send({"failed": f"import of {ep.value} failed: {type(exc).__name__}: {exc}"})
+            return False
+        problem = register(self.pm, plugin, self.name)
+        if problem:
+            self.send({"failed": problem})
+            return False
+        hooks = [
+            hook
+            for hook in hookspecs.HOOK_NAMES
+            if any(impl.plugin is plugin for impl in getattr(self.pm.hook, hook).get_hookimpls())
+        ]
+        self.send({"ready": {"hooks": hooks, "pid": os.getpid()}})
+        return True
+
+    # -- calls -----------------------------------------------------------------------------
+
+    def call(self, hook: str, kwargs: dict[str, Any]) -> Any:
+        """Run one hook; non-``firstresult`` hooks answer with the driver's single result."""
+        for key in PATH_ARGUMENTS & kwargs.keys():
+            kwargs[key] = Path(kwargs[key])
+        caller = getattr(self.pm.hook, hook)
+        result = caller(**kwargs)
+        if caller.spec is not None and not caller.spec.opts.get("firstresult"):
+            result = result[0] if result else None
+        return result
+
+    def _run_call(self, call_id: int, hook: str, kwargs: dict[str, Any]) -> None:
+        with self._cancel_lock:
+            if call_id in self._cancelled:
+                self._cancelled.discard(call_id)
+                return
+        try:
+            value = to_plain(self.call(hook, kwargs))
+        except DriverUnavailable as exc:
+            self.send({"error": call_id, "kind": "unavailable", "message": str(exc)})
+        except NotPlain as exc:
+            self.send({"error": call_id, "kind": "error", "message": f"returned {exc}"})
+        except ValueError as exc:
+            self.send({"error": call_id, "kind": "value", "message": f"ValueError: {exc}"})
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit, …
+            log.debug("hook %s raised", hook, exc_info=True)
+            self.send({"error": call_id, "kind": "error", "message": _describe(exc)})
+        else:
+            self.send({"result": call_id, "value": value})
+        finally:
+            with self._cancel_lock:
+                self._cancelled.discard(call_id)
+
+    def _call_thread(self) -> None:
+        while True:
+            job = self._calls.get()
+            if job is None:
+                return
+            self._run_call(*job)
+
+    # -- watch -----------------------------------------------------------------------------
+
+    def _watch(self, resource: str) -> None:
+        # The host enumerates once more as each watch starts, so a change between its first
+        # snapshot and the watch's own baseline is never missed.
+        self.send({"notify": resource})
+        delay = 1.0
+        while not self._stop.is_set():
+            try:
+                self.pm.hook.devicehost_watch(
+                    resource=resource,
+                    notify=lambda: self.send({"notify": resource}),
+                    stop=self._stop,
+                )
+                delay = 1.0
+            except BaseException as exc:
+                self.send({"watch_error": resource, "message": _describe(exc)})
+            if self._stop.wait(delay):
+                return
+            delay = min(delay * 2, WATCH_RESTART_MAX_SECONDS)
+
+    # -- main loop -------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        for index in range(CALL_THREADS):
+            threading.Thread(target=self._call_thread, name=f"call-{index}", daemon=True).start()
+        while True:
+            message = self._receive()
+            if message is None or message.get("stop"):
+                self._shutdown()
+            elif "call" in message:
+                self._calls.put((int(message["call"]), str(message["hook"]), message["kwargs"]))
+            elif "ping" in message:
+                self.send({"pong": True})
+            elif "cancel" in message:
+                with self._cancel_lock:
+                    self._cancelled.add(int(message["cancel"]))
+            elif "watch" in message:
+                for resource in message["watch"]:
+                    threading.Thread(
+                        target=self._watch, args=(str(resource),), name="watch", daemon=True
+                    ).start()
+
+    def _shutdown(self) -> None:
+        """Let watches return, give ``shutdown`` a moment, and exit whatever still hangs."""
+        self._stop.set()
+        done = threading.Event()
+
+        def shutdown() -> None:
+            with contextlib.suppress(BaseException):
+                self.pm.hook.devicehost_shutdown()
+            done.set()
+
+        threading.Thread(target=shutdown, name="shutdown", daemon=True).start()
+        done.wait(SHUTDOWN_SECONDS)
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _excepthook(args: threading.ExceptHookArgs) -> None:
+    """A thread's stray exception is logged, never printed raw."""
+    trace = "".join(traceback.format_exception(args.exc_value))
+    log.error("thread %s: %s", args.thread.name if args.thread else "?", trace)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m devicehost.drivers.worker")
+    parser.add_argument("--fd", type=int, required=True, help="the channel's file descriptor")
+    parser.add_argument("--group", required=True, help="entry-point group")
+    parser.add_argument("--name", required=True, help="entry-point name of the driver")
+    parser.add_argument("--distribution", default="", help="distribution that provides it")
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+    _die_with_parent()
+    # The driver's prints, and C libraries writing to fd 1, go to the log, not anywhere else.
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the host decides when a worker stops
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=args.log_level.upper(),
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    threading.excepthook = _excepthook
+    channel = socket.socket(fileno=args.fd)
+    worker = Worker(channel, args.name)
+    if worker.load(args.group, args.distribution):
+        worker.serve()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+"""Rebuild a driver's plain-data answers into the host's own frozen types, checking each.
+
+Everything a worker sends is untrusted. The host never uses a driver's objects: it builds
+its own ``Device``/``ResourceSpec``/``ContainerEdits`` from the plain data with its own
+constructors, so a subclass that overrides a check, an unhashable ID or a path with ``..``
+cannot reach the kubelet. A bad device is dropped (with its reason); a bad list as a whole
+is a ``DriverError`` naming the driver and hook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from devicehost.errors import DriverError
+from devicehost.model import (
+    MAX_DEVICE_ID_LENGTH,
+    ContainerEdits,
+    Device,
+    DeviceNode,
+    Health,
+    HostPath,
+    Mount,
+    ResourceSpec,
+    device_id_problem,
+)
+
+#: Linux supports at most 1024 NUMA nodes (CONFIG_NODES_SHIFT ≤ 10).
+MAX_NUMA_NODE = 1023
+#: ``sun_path`` is 108 bytes including the terminating NUL.
+MAX_SOCKET_PATH_BYTES = 107
+MAX_NOTE_LENGTH = 500
+_HEALTH = {h.value: h for h in Health}
+
+
+class Invalid(ValueError):
+    """One value a driver returned cannot be used; the message says why."""
+
+
+def _mapping(data: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise Invalid(f"{what} is {type(data).__name__}, expected an object")
+    return data
+
+
+def _strings(data: Any, what: str) -> dict[str, str]:
+    data = _mapping(data, what)
+    for key, value in data.items():
+        if not isinstance(value, str):
+            raise Invalid(f"{what} {key!r} has value {value!r}, expected a string")
+    return dict(data)
+
+
+def _list(data: Any, what: str) -> list[Any]:
+    if not isinstance(data, list):
+        raise Invalid(f"{what} is {type(data).__name__}, expected a list")
+    return data
+
+
+def edits_from_plain(data: Any) -> ContainerEdits:
+    """Container edits from ``{"envs", "mounts", "devices", "annotations", "cdi_devices"}``."""
+    if data is None:
+        return ContainerEdits()
+    data = _mapping(data, "edits")
+    try:
+        mounts = tuple(
+            Mount(
+                container_path=m["container_path"],
+                host_path=m["host_path"],
+                read_only=bool(m.get("read_only", True)),
+            )
+            for m in (_mapping(m, "mount") for m in _list(data.get("mounts", []), "mounts"))
+        )
+        nodes = tuple(
+            DeviceNode(
+                host_path=d["host_path"],
+                container_path=d.get("container_path", ""),
+                permissions=d.get("permissions", "rw"),
+            )
+            for d in (_mapping(d, "device") for d in _list(data.get("devices", []), "devices"))
+        )
+        return ContainerEdits(
+            envs=_strings(data.get("envs", {}), "env"),
+            annotations=_strings(data.get("annotations", {}), "annotation"),
+            mounts=mounts,
+            devices=nodes,
+            cdi_devices=tuple(_list(data.get("cdi_devices", []), "cdi_devices")),
+        )
+    except KeyError as exc:
+        raise Invalid(f"a mount or device node has no {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:
+        raise Invalid(str(exc)) from None
+
+
+def device_from_plain(data: Any) -> Device:
+    """One device, or ``Invalid`` saying why it cannot be sent to the kubelet."""
+    data = _mapping(data, "device")
+    device_id = data.get("id")
+    problem = device_id_problem(device_id)
+    if problem:
+        raise Invalid(problem)
+    assert isinstance(device_id, str)
+    health = _HEALTH.get(data.get("health"))
+    if health is None:
+        raise Invalid(
+            f"device {device_id!r} has health {data.get('health')!r}; expected Healthy or Unhealthy"
+        )
+    numa = data.get("numa_nodes", [])
+    if not isinstance(numa, list) or not all(
+        type(n) is int and 0 <= n <= MAX_NUMA_NODE for n in numa
+    ):
+        raise Invalid(
+            f"device {device_id!r} has NUMA nodes {numa!r:.80}; expected integers from 0 to "
+            f"{MAX_NUMA_NODE}"
+        )
+    try:
+        edits = edits_from_plain(data.get("edits"))
+    except Invalid as exc:
+        raise Invalid(f"device {device_id!r}: {exc}") from None
+    return Device(id=device_id, health=health, numa_nodes=tuple(numa), edits=edits)
+
+
+def devices_from_plain(driver: str, data: Any) -> tuple[list[Device], list[str]]:
+    """The valid, unique devices of an enumeration, and the problem of each one dropped."""
+    if not isinstance(data, list):
+        raise DriverError(
+            driver,
+            "devicehost_enumerate",
+            f"returned {type(data).__name__}, expected a list of Device",
+        )
+    kept: dict[str, Device] = {}
+    problems: list[str] = []
+    for item in data:
+        try:
+            device = device_from_plain(item)
+        except Invalid as exc:
+            problems.append(str(exc))
+            continue
+        if device.id in kept:
+            problems.append(f"device ID {device.id!r} appears more than once")
+            continue
+        kept[device.id] = device
+    return list(kept.values()), problems
+
+
+def spec_from_plain(data: Any, plugin_dir: Path) -> ResourceSpec:
+    """One resource, checked for its name and for a socket path the kernel can bind."""
+    data = _mapping(data, "resource")
+    name = data.get("name")
+    if not isinstance(name, str):
+        raise Invalid(f"resource name {name!r} is not a string")
+    try:
+        spec = ResourceSpec(
+            name=name,
+            edits=edits_from_plain(data.get("edits")),
+            joined_envs=tuple(_list(data.get("joined_envs", []), "joined_envs")),
+        )
+    except ValueError as exc:
+        raise Invalid(str(exc)) from None
+    if not all(isinstance(e, str) for e in spec.joined_envs):
+        raise Invalid(f"resource {name!r}: joined_envs must be env variable names")
+    socket_path = plugin_dir / spec.socket_name
+    if len(str(socket_path).encode()) > MAX_SOCKET_PATH_BYTES:
+        raise Invalid(socket_path_problem(name, socket_path))
+    return spec
+
+
+def socket_path_problem(resource: str, socket_path: Path) -> str:
+    """What to say when ``<plugin dir>/<socket file>`` is over the unix socket limit."""
+    return (
+        f"resource {resource!r}: its socket path {socket_path} is "
+        f"{len(str(socket_path).encode())} bytes, over the {MAX_SOCKET_PATH_BYTES}-byte limit "
+        "of a unix socket path; use a shorter pluginDir or resource name"
+    )
+
+
+def notes_from_plain(data: Any) -> list[str]:
+    if data is None:
+        return []
+    return [str(n)[:MAX_NOTE_LENGTH] for n in _list(data, "notes")]
+
+
+def host_paths_from_plain(data: Any) -> list[HostPath]:
+    if data is None:
+        return []
+    paths = []
+    for item in _list(data, "host paths"):
+        item = _mapping(item, "host path")
+        try:
+            paths.append(
+                HostPath(
+                    path=item.get("path"),  # type: ignore[arg-type]
+                    purpose=str(item.get("purpose", "")),
+                    at_real_path=bool(item.get("at_real_path", False)),
+                )
+            )
+        except ValueError as exc:
+            raise Invalid(str(exc)) from None
+    return paths
+
+
+def choice_from_plain(data: Any) -> list[str] | None:
+    """A preferred allocation: a list of IDs, or None for "use the host's default"."""
+    if data is None:
+        return None
+    items = _list(data, "preferred allocation")
+    if not all(isinstance(i, str) and len(i) <= MAX_DEVICE_ID_LENGTH for i in items):
+        raise Invalid(f"preferred allocation {items!r:.120} is not a list of device IDs")
+    return items
+
+
+def resources_from_plain(
+    driver: str, data: Any, plugin_dir: Path
+) -> tuple[list[ResourceSpec], list[str]]:
+    """The driver's valid resources, and the problem of each one refused."""
+    if data is None:
+        return [], []
+    if not isinstance(data, list):
+        raise DriverError(
+            driver,
+            "devicehost_resources",
+            f"returned {type(data).__name__}, expected a list of ResourceSpec",
+        )
+    specs: list[ResourceSpec] = []
+    problems: list[str] = []
+    for item in data:
+        try:
+            specs.append(spec_from_plain(item, plugin_dir))
+        except Invalid as exc:
+            problems.append(str(exc))
+    return specs, problems
