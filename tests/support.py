@@ -7,11 +7,14 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from devicehost.drivers.protocol import to_plain
+from devicehost.model import Device
 from devicehost.testing import write_distribution
+from testdrivers.scripted import control_dir, write_json
 
 SCRIPTED = "testdrivers.scripted:Scripted"
 
@@ -37,6 +40,8 @@ def run_scripted(
     site = tmp_path / "site"
     if not site.exists():
         write_distribution(site, "devicehost-alpha", {"devicehost.drivers": {"alpha": SCRIPTED}})
+    root = tmp_path / "root"
+    root.mkdir(exist_ok=True)
     config = tmp_path / "config.yaml"
     config.write_text(
         "apiVersion: devicehost/v1\nkind: HostConfig\n"
@@ -58,5 +63,75 @@ def run_scripted(
         "",
         "--pod-resources-socket",
         "",
+        "--root",
+        str(root),
     ]
     return subprocess.Popen(command, env=env, stderr=stderr)
+
+
+class ScriptedControl:
+    """The test's side of a scripted driver: its "hardware" and misbehaviour, as files.
+
+    The driver runs in its own worker process; this writes what its next enumerate reads
+    (its watch notices at once) and reads the calls it recorded.
+    """
+
+    def __init__(self, root: Path, driver: str) -> None:
+        self.dir = control_dir(root, driver)
+
+    def _devices(self) -> dict[str, list[Any]]:
+        import json
+
+        return dict(json.loads((self.dir / "devices.json").read_text()))
+
+    def set_devices(self, resource: str, devices: list[Device] | list[Any]) -> None:
+        table = self._devices()
+        table[resource] = [to_plain(d) for d in devices]
+        write_json(self.dir / "devices.json", table)
+
+    def set_health(self, resource: str, device_id: str, healthy: bool) -> None:
+        table = self._devices()
+        for device in table[resource]:
+            if device["id"] == device_id:
+                device["health"] = "Healthy" if healthy else "Unhealthy"
+        write_json(self.dir / "devices.json", table)
+
+    def health(self, resource: str) -> dict[str, str]:
+        return {d["id"]: d["health"] for d in self._devices()[resource]}
+
+    def changed(self, resource: str) -> None:
+        """Touch the hardware: the watch notifies and the host enumerates again."""
+        write_json(self.dir / "devices.json", self._devices())
+
+    def misbehave(
+        self, *, raising: Sequence[str] = (), hanging: Sequence[str] = (), **answers: Any
+    ) -> None:
+        """From now on, these hooks raise or hang (until ``release()``); ``answers`` are
+        what some test drivers answer instead (``preference=7``)."""
+        control = {"raise": list(raising), "hang": list(hanging), **answers}
+        write_json(self.dir / "control.json", control)
+
+    def answer(self, plain: Any) -> None:
+        """What an ``Echo`` driver's allocate returns from now on (plain data)."""
+        write_json(self.dir / "answer.json", plain)
+
+    def release(self) -> None:
+        """Hung hooks return (the vendor library answers again)."""
+        write_json(self.dir / "control.json", {"released": True})
+
+    @property
+    def calls(self) -> list[tuple[str, dict[str, Any]]]:
+        import json
+
+        try:
+            lines = (self.dir / "calls.jsonl").read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        return [(hook, kwargs) for hook, kwargs in map(json.loads, lines)]
+
+
+def scripted(host: Any, resource: str) -> ScriptedControl:
+    """The control of the scripted driver serving ``resource`` in a running ``HostThread``."""
+    name = host.host.resources[resource].driver.name
+    root = host.host.simulated_root(name) or host.config.root
+    return ScriptedControl(root, name)

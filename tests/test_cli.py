@@ -76,11 +76,19 @@ def test_config_prints_the_effective_document(tmp_path):
     """`devicehost config` prints the merged HostConfig, flags applied."""
     path = config_file(tmp_path, "scanIntervalSeconds: 3\n")
     result = devicehost(
-        "config", "--config", str(path), "--node-name", "n9", "--drivers", "none-such"
+        "config", "--config", str(path), "--node-name", "n9", "--drivers", "template"
     )
     assert result.returncode == 0, result.stderr
     assert "scanIntervalSeconds: 3.0" in result.stdout
     assert "nodeName: n9" in result.stdout
+
+
+def test_unknown_driver_name_is_a_config_error_listing_the_installed(tmp_path):
+    """`--drivers` naming no installed driver exits 2 with the installed names listed."""
+    result = devicehost("config", "--drivers", "nvidai")
+    assert result.returncode == 2
+    assert "no installed driver is named 'nvidai'" in result.stderr
+    assert "nvidia" in result.stderr
 
 
 def test_config_error_exits_2_with_the_key(tmp_path):

@@ -29,8 +29,10 @@ import pytest
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost.drivers.discovery import DriverStatus
+from devicehost.drivers.process import WORKER_THREADS
 from devicehost.testing import HostThread, KubeletStandIn
 from support import SCRIPTED, eventually, run_scripted
+from support import scripted as scripted_control
 from testdrivers.faulty import MALFORMED_EXTRAS
 
 RES = "test.example/dev"
@@ -140,16 +142,14 @@ def restart_loop(
     thread.host.use_inotify = inotify
     thread.start()
     try:
-        driver = thread.host.resources[RES].driver.plugin
+        driver = scripted_control(thread, RES)
         kubelet.wait_registered(RES)
         kubelet.wait_devices(RES, lambda d: set(d) == IDS)
         state = {"registrations": kubelet.registration_count(RES)}
-        pool = thread.host.resources[RES].driver.pool
 
         def counts() -> tuple[int, int, int]:
-            """Descriptors, threads but the driver's worker pool, OS threads."""
-            others = [t for t in threading.enumerate() if not t.name.startswith(pool.name)]
-            return open_fds(), len(others), os_threads()
+            """Descriptors, threads, OS threads (the driver's own run in its worker)."""
+            return open_fds(), threading.active_count(), os_threads()
 
         def allocate() -> str:
             response = allocate_as_kubelet(kubelet, RES, [["dev-0"], ["dev-1", "dev-2"]])
@@ -161,7 +161,7 @@ def restart_loop(
 
         def flip() -> str:
             flips["healthy"] = not flips["healthy"]
-            thread.call(driver.set_health, RES, "dev-3", flips["healthy"])
+            driver.set_health(RES, "dev-3", flips["healthy"])
             time.sleep(0.002)
             return "flipped"
 
@@ -200,18 +200,15 @@ def restart_loop(
         extra = kubelet.registration_count(RES) - state["registrations"] - restarts
         assert extra >= 0
         # The list converges to the driver's truth once the flipping stops.
-        truth = thread.call(lambda: {i: str(d.health) for i, d in driver.devices[RES].items()})
+        truth = driver.health(RES)
         kubelet.wait_devices(RES, lambda d: {i: x.health for i, x in d.items()} == truth)
 
-        # No leak: descriptors and threads come back to the warmed-up baseline. A driver's
-        # worker pool starts threads on demand up to its fixed size; that is not a leak.
+        # No leak: descriptors and threads come back to the warmed-up baseline.
         with contextlib.suppress(TimeoutError):
             eventually(lambda: (c := counts())[0] <= before[0] + 2 and c[1] <= before[1], 5)
         after = counts()
-        workers = [t.name for t in threading.enumerate() if t.name.startswith(pool.name)]
         assert after[0] <= before[0] + 2, f"file descriptors {before[0]} -> {after[0]}"
         assert after[1] <= before[1], f"threads {before[1]} -> {after[1]}"
-        assert len(workers) <= pool.size, workers
         # gRPC core sizes its own pool with load; a leak would grow with the restart count.
         assert after[2] <= before[2] + 4, f"OS threads {before[2]} -> {after[2]}"
         return {
@@ -220,7 +217,6 @@ def restart_loop(
             "seconds": round(elapsed, 1),
             "fds": (before[0], after[0]),
             "threads": (before[1], after[1]),
-            "driver_workers": len(workers),
             "os_threads": (before[2], after[2]),
             "allocations": dict(allocating.outcomes),
             "flips": flipping.outcomes["flipped"],
@@ -349,7 +345,7 @@ def zoo(install, run_host, kubelet):
 
 
 def plugin_of(host: HostThread, resource: str):
-    return host.host.resources[resource].driver.plugin
+    return scripted_control(host, resource)
 
 
 def errors(host: HostThread, driver: str, hook: str) -> float:
@@ -399,19 +395,19 @@ def test_bad_drivers_are_reported_and_isolated_while_a_good_one_serves(zoo, kube
     with Loop("hammer", hammer, refusal) as hammering:
         for round_ in range(12):
             if round_ == 4:  # now enumeration fails too: raises in one, hangs in the other
-                plugin_of(host, RAISING).raising.add("devicehost_enumerate")
-                plugin_of(host, HANGING).hanging.add("devicehost_enumerate")
-                host.call(plugin_of(host, RAISING).changed, RAISING)
-                host.call(plugin_of(host, HANGING).changed, HANGING)
+                plugin_of(host, RAISING).misbehave(raising=["devicehost_enumerate"])
+                plugin_of(host, HANGING).misbehave(hanging=["devicehost_enumerate"])
+                plugin_of(host, RAISING).changed(RAISING)
+                plugin_of(host, HANGING).changed(HANGING)
             device = f"g-{round_ % 4}"
             response = kubelet.allocate(GOOD, [[device]])
             assert response.container_responses[0].envs == {"SCRIPTED_DEVICES": device}
-            host.call(good.set_health, GOOD, device, False)
+            good.set_health(GOOD, device, False)
             kubelet.wait_health(GOOD, device, "Unhealthy")
             with pytest.raises(grpc.RpcError) as refused:
                 kubelet.allocate(GOOD, [[device]])
             assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-            host.call(good.set_health, GOOD, device, True)
+            good.set_health(GOOD, device, True)
             kubelet.wait_health(GOOD, device, "Healthy")
         # Every bad (resource, call) pair has been tried at least twice meanwhile.
         eventually(lambda: hammering.outcomes.total() + len(hammering.unexpected) >= 18, 30)
@@ -423,9 +419,9 @@ def test_bad_drivers_are_reported_and_isolated_while_a_good_one_serves(zoo, kube
         kubelet.wait_devices(resource, lambda d: {x.health for x in d.values()} == {"Unhealthy"})
     assert {x.health for x in kubelet.devices(GOOD).values()} == {"Healthy"}
 
-    # Driver status: the one raising from configure on is failed, with the hook named.
+    # Driver status: the one raising from configure on is down (and retried), the hook named.
     infos = {i.name: i for i in host.host.plugins.infos}
-    assert infos["everywhere"].status is DriverStatus.FAILED
+    assert infos["everywhere"].status in (DriverStatus.RESTARTING, DriverStatus.CRASH_LOOPING)
     assert "hook devicehost_configure" in infos["everywhere"].reason
     assert {infos[n].status for n in ("good", "raising", "hanging", "malformed")} == {
         DriverStatus.ACTIVE
@@ -472,8 +468,8 @@ def test_bad_drivers_through_kubelet_restarts(zoo, kubelet, restarts):
     the good one allocates after every restart."""
     host = zoo
     for resource, hooks in ((RAISING, "raising"), (HANGING, "hanging")):
-        getattr(plugin_of(host, resource), hooks).add("devicehost_enumerate")
-        host.call(plugin_of(host, resource).changed, resource)
+        plugin_of(host, resource).misbehave(**{hooks: ["devicehost_enumerate"]})
+        plugin_of(host, resource).changed(resource)
 
     def hammer() -> str:
         for resource, device in ((RAISING, "r-0"), (HANGING, "h-0"), (MALFORMED, "mal-0")):
@@ -510,15 +506,14 @@ def test_hung_driver_recovers_when_its_vendor_call_returns(install, run_host, ku
     )
     kubelet.wait_devices(RES, lambda d: len(d) == 2)
     driver = plugin_of(host, RES)
-    driver.hanging.update({"devicehost_enumerate", "devicehost_allocate"})
+    driver.misbehave(hanging=["devicehost_enumerate", "devicehost_allocate"])
     with pytest.raises(grpc.RpcError) as refused:
         kubelet.allocate(RES, [["dev-0"]])
     assert refused.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    host.call(driver.changed, RES)
+    driver.changed(RES)
     kubelet.wait_devices(RES, lambda d: {x.health for x in d.values()} == {"Unhealthy"})
-    driver.hanging.clear()
-    driver.released.set()  # the vendor library answers again
-    host.call(driver.changed, RES)
+    driver.release()  # the vendor library answers again
+    driver.changed(RES)
     kubelet.wait_devices(RES, lambda d: {x.health for x in d.values()} == {"Healthy"})
     assert kubelet.allocate(RES, [["dev-1"]]).container_responses
 
@@ -536,7 +531,7 @@ def test_preferred_allocation_answer_that_is_not_a_list_falls_back_to_default(
         enabled_drivers=("malformed",), drivers={"malformed": {"resources": {MALFORMED: 4}}}
     )
     kubelet.wait_devices(MALFORMED, lambda d: len(d) == 4)
-    plugin_of(host, MALFORMED).preference = 7
+    plugin_of(host, MALFORMED).misbehave(preference=7)
     chosen = kubelet.preferred_allocation(MALFORMED, ["mal-0", "mal-1", "mal-2", "mal-3"], [], 2)
     assert chosen == ["mal-0", "mal-2"]
 
@@ -554,7 +549,8 @@ def test_allocate_answer_of_wrong_type_is_logged_naming_the_driver(
         kubelet.allocate(MALFORMED, [["mal-0"]])
     assert refused.value.code() == grpc.StatusCode.INTERNAL
     assert any(
-        "driver 'malformed', hook devicehost_allocate: returned dict" in r.getMessage()
+        "driver 'malformed', hook devicehost_allocate: returned an invalid Allocation"
+        in r.getMessage()
         for r in caplog.records
     )
 
@@ -604,9 +600,10 @@ def test_late_kubelet_gets_one_registration(install, host_config, plugin_dir):
             assert kubelet.registration_count(RES) == 1
 
 
-def test_shutdown_runs_even_when_every_worker_is_hung(install, run_host, kubelet):
-    """With all of a driver's worker threads stuck in a hung allocate, stopping the host
-    still calls the driver's shutdown hook."""
+def test_worker_with_every_call_thread_stuck_is_restarted(install, run_host, kubelet):
+    """When every call thread of a driver's worker is stuck in a hung allocate, the worker
+    has stopped answering: it is killed and started again, shutdown is not waited for, and
+    the driver's devices come back Healthy."""
     install("devicehost-alpha", drivers={"alpha": SCRIPTED})
     host = run_host(
         enabled_drivers=("alpha",),
@@ -614,14 +611,18 @@ def test_shutdown_runs_even_when_every_worker_is_hung(install, run_host, kubelet
         drivers={"alpha": {"resources": {RES: 2}, "hang": ["devicehost_allocate"]}},
     )
     kubelet.wait_registered(RES)
-    driver = plugin_of(host, RES)
-    pool = host.host.resources[RES].driver.pool
-    for _ in range(pool.size + 1):
+    handle = host.host.drivers["alpha"]
+    first_pid = handle.process.pid
+    for _ in range(WORKER_THREADS):
         with pytest.raises(grpc.RpcError) as refused:
             kubelet.allocate(RES, [["dev-0"]])
-        assert refused.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    host.stop()
-    assert ("devicehost_shutdown", {}) in driver.calls
+        assert refused.value.code() in (
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            grpc.StatusCode.FAILED_PRECONDITION,  # already down and Unhealthy
+        )
+    eventually(lambda: handle.info.restarts >= 1 and handle.up, timeout=15)
+    assert handle.process.pid != first_pid
+    kubelet.wait_devices(RES, lambda d: {x.health for x in d.values()} == {"Healthy"})
 
 
 def test_socket_deleted_right_after_it_is_served_is_served_again(

@@ -42,6 +42,7 @@ from devicehost.errors import ConfigError
 from devicehost.model import ResourceSpec
 from devicehost.testing import HostThread, KubeletStandIn, write_distribution
 from support import SCRIPTED
+from support import scripted as scripted_control
 
 WITH_HOOKS = "test.example/fuzz"  # ScriptedWithPreStart: pre_start + preferred_allocation
 PLAIN = "test.example/plain"  # Scripted: the host's default preference
@@ -125,9 +126,9 @@ def fz(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzHost]:
         for resource, prefix in PREFIX.items():
             kubelet.wait_registered(resource)
             kubelet.wait_devices(resource, lambda d: len(d) == COUNT)
-            driver = host.host.resources[resource].driver.plugin
+            driver = scripted_control(host, resource)
             for i in UNHEALTHY:
-                host.call(driver.set_health, resource, f"{prefix}-{i}", False)
+                driver.set_health(resource, f"{prefix}-{i}", False)
             fuzz.health[resource] = {f"{prefix}-{i}": i not in UNHEALTHY for i in range(COUNT)}
             socket = plugin_dir / ResourceSpec(name=resource).socket_name
             channels[resource] = grpc.insecure_channel(f"unix://{socket}", options=BIG_METADATA)
@@ -435,10 +436,10 @@ def test_list_and_watch_opening_fuzz(fz: FuzzHost, streams: int, read: list[bool
     finally:
         for stream in opened:
             stream.cancel()
-    driver = fz.host.host.resources[resource].driver.plugin
-    fz.host.call(driver.set_health, resource, "f-0", False)
+    driver = scripted_control(fz.host, resource)
+    driver.set_health(resource, "f-0", False)
     fz.kubelet.wait_health(resource, "f-0", "Unhealthy")
-    fz.host.call(driver.set_health, resource, "f-0", True)
+    driver.set_health(resource, "f-0", True)
     fz.kubelet.wait_health(resource, "f-0", "Healthy")
 
 
@@ -590,6 +591,7 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "disabledDrivers": st.one_of(NAMES, NAMES.map(",".join)),
     "scanIntervalSeconds": SECONDS,
     "hookTimeoutSeconds": SECONDS,
+    "driverStartTimeoutSeconds": SECONDS,
     "registration.initialBackoffSeconds": SECONDS,
     "registration.maxBackoffSeconds": SECONDS,
     "registration.rejectedBackoffSeconds": SECONDS,

@@ -10,10 +10,11 @@ import pytest
 
 from devicehost import Device
 from devicehost.drivers.discovery import DriverStatus
-from devicehost.errors import ConfigError
 from support import SCRIPTED, eventually
+from support import scripted as scripted_control
 
 RES = "test.example/dev"
+BETA = "test.example/beta"
 
 
 @pytest.fixture
@@ -32,23 +33,27 @@ def info(host, name="alpha"):
 
 
 def plugin(host):
-    return host.host.resources[RES].driver.plugin
+    return scripted_control(host, RES)
 
 
 def test_simulate_builds_hardware_before_configure(alpha, kubelet):
     """Under simulate, the driver builds its node under the root first, then serves it."""
     host = alpha(target="testdrivers.scripted:Simulating", simulate=True)
     kubelet.wait_devices("test.example/sim", lambda d: len(d) == 2)
-    calls = [c[0] for c in host.host.resources["test.example/sim"].driver.plugin.calls]
+    calls = [c[0] for c in scripted_control(host, "test.example/sim").calls]
     assert calls.index("devicehost_simulate") < calls.index("devicehost_configure")
 
 
-def test_simulate_failure_marks_only_that_driver_failed(install, run_host, kubelet):
-    """A driver whose simulation cannot be built is failed; the others still serve."""
+DOWN = (DriverStatus.RESTARTING, DriverStatus.CRASH_LOOPING)
+
+
+def test_simulate_failure_puts_only_that_driver_down(install, run_host, kubelet):
+    """A driver whose simulation cannot be built is down (and retried) with the reason;
+    the others still serve."""
     install("devicehost-broken", drivers={"broken": "testdrivers.scripted:BrokenSimulation"})
     install("devicehost-sim", drivers={"sim": "testdrivers.scripted:Simulating"})
     host = run_host(enabled_drivers=("broken", "sim"), simulate=True)
-    assert info(host, "broken").status is DriverStatus.FAILED
+    assert info(host, "broken").status in DOWN
     assert "OSError: cannot build the simulated node" in info(host, "broken").reason
     kubelet.wait_devices("test.example/sim", lambda d: len(d) == 2)
 
@@ -58,16 +63,23 @@ def test_configure_receives_its_section_and_root(alpha, host_config):
     host = alpha({"resources": {RES: 1}, "prefix": "p"})
     configure = next(c for c in plugin(host).calls if c[0] == "devicehost_configure")
     assert configure[1]["config"] == {"resources": {RES: 1}, "prefix": "p"}
-    assert plugin(host).root == host_config.root
+    # The scripted driver keeps its control tree under the root it was given.
+    assert plugin(host).dir.parent.parent == host_config.root
 
 
-def test_configure_value_error_is_a_config_error_naming_the_key(alpha):
-    """A driver rejecting its section stops start-up with the driver's key path."""
-    with pytest.raises(ConfigError) as failed:
-        alpha({"resources": {RES: "many"}})
-    assert str(failed.value) == (
-        "config: drivers.alpha: resources.test.example/dev: expected a device count, got 'many'"
+def test_configure_value_error_fails_that_driver_naming_the_key(install, run_host, kubelet):
+    """A driver rejecting its section is failed with its key path; the others serve."""
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    install("devicehost-beta", drivers={"beta": SCRIPTED})
+    host = run_host(
+        enabled_drivers=("alpha", "beta"),
+        drivers={"alpha": {"resources": {RES: "many"}}, "beta": {"resources": {BETA: 1}}},
     )
+    assert info(host).status is DriverStatus.FAILED
+    assert info(host).reason == (
+        "config drivers.alpha: resources.test.example/dev: expected a device count, got 'many'"
+    )
+    kubelet.wait_devices(BETA, lambda d: len(d) == 1)
 
 
 def test_resources_empty_means_nothing_served(alpha, kubelet):
@@ -78,10 +90,10 @@ def test_resources_empty_means_nothing_served(alpha, kubelet):
     assert kubelet.registrations == []
 
 
-def test_resources_raising_marks_driver_failed_and_host_serves_on(alpha, install, kubelet):
-    """A driver raising in resources is failed with its message; the host still runs."""
+def test_resources_raising_puts_driver_down_and_host_serves_on(alpha, install, kubelet):
+    """A driver raising in resources is down (retried) with its message; the host runs."""
     host = alpha({"resources": {RES: 1}, "raise": ["devicehost_resources"]})
-    assert info(host).status is DriverStatus.FAILED
+    assert info(host).status in DOWN
     assert (
         info(host).reason
         == "driver 'alpha', hook devicehost_resources: RuntimeError: scripted failure"
@@ -99,11 +111,11 @@ def test_enumerate_failure_marks_unhealthy_then_recovers(alpha, kubelet):
     host = alpha()
     kubelet.wait_devices(RES, lambda d: len(d) == 2)
     driver = plugin(host)
-    driver.raising.add("devicehost_enumerate")
-    host.call(driver.changed, RES)
+    driver.misbehave(raising=["devicehost_enumerate"])
+    driver.changed(RES)
     kubelet.wait_devices(RES, lambda d: {x.health for x in d.values()} == {"Unhealthy"})
-    driver.raising.clear()
-    host.call(driver.changed, RES)
+    driver.misbehave()
+    driver.changed(RES)
     kubelet.wait_devices(RES, lambda d: {x.health for x in d.values()} == {"Healthy"})
 
 
@@ -111,9 +123,9 @@ def test_watch_notify_rescans_at_once(alpha, kubelet):
     """notify() from watch re-enumerates immediately (the scan interval is an hour here)."""
     host = alpha(scan_interval=3600)
     kubelet.wait_devices(RES, lambda d: len(d) == 2)
-    eventually(lambda: RES in plugin(host)._notify)
-    plugin(host).devices[RES]["dev-9"] = Device(id="dev-9")
-    plugin(host).changed(RES)  # from this (non-loop) thread, as a vendor event would
+    eventually(lambda: any(c[0] == "devicehost_enumerate" for c in plugin(host).calls))
+    # The hardware changes; the driver's watch sees it and calls notify().
+    plugin(host).set_devices(RES, [Device(id="dev-0"), Device(id="dev-1"), Device(id="dev-9")])
     kubelet.wait_devices(RES, lambda d: "dev-9" in d)
 
 
@@ -141,7 +153,8 @@ def test_allocate_returning_wrong_type_is_internal(alpha, kubelet):
         kubelet.allocate(RES, [["dev-0"]])
     assert refused.value.code() == grpc.StatusCode.INTERNAL
     assert refused.value.details() == (
-        "driver 'alpha', hook devicehost_allocate: returned dict, expected Allocation"
+        "driver 'alpha', hook devicehost_allocate: returned an invalid Allocation: "
+        "env 'X' has value 1, expected a string"
     )
 
 
@@ -163,10 +176,12 @@ def test_simulate_health_flows_to_the_kubelet(alpha, kubelet):
     host = alpha()
     kubelet.wait_devices(RES, lambda d: len(d) == 2)
     driver = host.host.resources[RES].driver
-    assert (
-        driver.call("devicehost_simulate_health", resource=RES, device_id="dev-1", healthy=False)
-        is True
+    applied = host.run(
+        driver.acall(
+            "devicehost_simulate_health", 5.0, resource=RES, device_id="dev-1", healthy=False
+        )
     )
+    assert applied is True
     kubelet.wait_health(RES, "dev-1", "Unhealthy")
 
 

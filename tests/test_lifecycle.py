@@ -11,6 +11,7 @@ import pytest
 
 from devicehost.testing import HostThread, KubeletStandIn
 from support import SCRIPTED, eventually, run_scripted
+from support import scripted as scripted_control
 
 RES = "test.example/dev"
 SOCKET = "devicehost-test.example_dev.sock"
@@ -123,9 +124,9 @@ def test_failing_driver_does_not_touch_another(install, run_host, kubelet):
         },
     )
     kubelet.wait_devices("test.example/a", lambda d: len(d) == 2)
-    alpha = host.host.resources["test.example/a"].driver.plugin
-    alpha.raising.add("devicehost_enumerate")
-    host.call(alpha.changed, "test.example/a")
+    alpha = scripted_control(host, "test.example/a")
+    alpha.misbehave(raising=["devicehost_enumerate"])
+    alpha.changed("test.example/a")
     kubelet.wait_devices(
         "test.example/a", lambda d: {x.health for x in d.values()} == {"Unhealthy"}
     )
@@ -182,7 +183,7 @@ def test_stop_ends_streams_removes_sockets_and_shuts_drivers_down(install, run_h
     install("devicehost-alpha", drivers={"alpha": SCRIPTED})
     host = run_host(enabled_drivers=("alpha",), drivers={"alpha": section()})
     kubelet.wait_registered(RES)
-    driver = host.host.resources[RES].driver.plugin
+    driver = scripted_control(host, RES)
     host.stop()
     kubelet.wait_until(lambda: kubelet.endpoints[RES].stream.done(), 5, "stream end")
     assert kubelet.endpoints[RES].stream_error is None

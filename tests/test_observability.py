@@ -20,6 +20,7 @@ from devicehost.telemetry.tracing import Tracing
 from devicehost.testing import OtlpReceiver, PodResourcesStandIn
 from devicehost.testing.otlp import attributes
 from support import SCRIPTED, eventually
+from support import scripted as scripted_control
 
 RES = "test.example/dev"
 ALLOCATE = "v1beta1.DevicePlugin/Allocate"
@@ -269,8 +270,8 @@ def test_metrics_move_with_allocations(metered, kubelet):
 def test_devices_gauge_follows_health(metered, kubelet):
     """devicehost_devices counts Healthy and Unhealthy devices as they flip."""
     host = metered()
-    plugin = host.host.resources[RES].driver.plugin
-    host.call(plugin.set_health, RES, "dev-2", False)
+    plugin = scripted_control(host, RES)
+    plugin.set_health(RES, "dev-2", False)
     kubelet.wait_health(RES, "dev-2", "Unhealthy")
     _, text = scrape(host)
     assert sample(text, "devicehost_devices", resource=RES, health="Healthy") == 2

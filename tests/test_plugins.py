@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from dataclasses import replace
+
+import pytest
 
 from devicehost.drivers.discovery import DriverStatus, load_plugins
+from devicehost.errors import ConfigError
 from support import SCRIPTED
 
 RES = "test.example/dev"
@@ -15,53 +20,96 @@ def status(plugins, name):
     return info.status, info.reason
 
 
-def test_missing_vendor_library_marks_driver_unavailable(install):
+def started(host_config, *names):
+    """Start the named drivers as ``devicehost drivers`` does (each in its own worker) and
+    return the host once each has come up or failed."""
+    from devicehost.lifecycle import Host
+
+    host = Host(replace(host_config, enabled_drivers=names))
+
+    async def run():
+        try:
+            await host.prepare(scan=False)
+        finally:
+            await host.stop()
+
+    asyncio.run(run())
+    return host
+
+
+def test_missing_vendor_library_marks_driver_unavailable(install, host_config):
     """A driver importing a module that is not installed is unavailable, with that reason."""
     install("devicehost-vendor", drivers={"vendor": "testdrivers.needs_vendor"})
-    plugins = load_plugins(allow=["vendor"])
-    assert status(plugins, "vendor") == (
+    host = started(host_config, "vendor")
+    assert status(host.plugins, "vendor") == (
         DriverStatus.UNAVAILABLE,
         "vendor library 'vendor_sdk_not_installed' is not installed",
     )
-    assert plugins.drivers == []
+    assert host.resources == {}
 
 
-def test_import_error_is_logged_with_traceback_and_skipped(install, caplog):
-    """A driver whose import raises is failed, logged with its traceback; others load."""
-    caplog.set_level(logging.ERROR, logger="devicehost")
+def test_import_error_is_logged_with_traceback_and_skipped(install, host_config, caplog):
+    """A driver whose import raises is down with the error, its traceback in the log; the
+    others load."""
+    caplog.set_level(logging.INFO, logger="devicehost")
     install("devicehost-broken", drivers={"broken": "testdrivers.broken"})
     install("devicehost-alpha", drivers={"alpha": SCRIPTED})
-    plugins = load_plugins(allow=["broken", "alpha"])
-    state, reason = status(plugins, "broken")
-    assert state is DriverStatus.FAILED
+    host = started(host_config, "broken", "alpha")
+    state, reason = status(host.plugins, "broken")
+    assert state in (DriverStatus.RESTARTING, DriverStatus.CRASH_LOOPING)
     assert reason == (
-        "import of testdrivers.broken failed: RuntimeError: this driver module is broken on purpose"
+        "driver 'broken', hook import: import of testdrivers.broken failed: RuntimeError: "
+        "this driver module is broken on purpose"
     )
-    record = next(r for r in caplog.records if "'broken'" in r.getMessage())
-    assert record.exc_info is not None
-    assert [d.name for d in plugins.drivers] == ["alpha"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "devicehost.driver.broken"]
+    assert any("Traceback" in line for line in logged)
+    assert status(host.plugins, "alpha") == (DriverStatus.ACTIVE, "")
 
 
-def test_invalid_hook_signature_fails_with_pluggy_message(install):
-    """A hook with a parameter the spec lacks: failed, pluggy's message names driver and hook."""
+def test_invalid_hook_signature_fails_with_pluggy_message(install, host_config):
+    """A hook with a parameter the spec lacks: refused, pluggy's message names driver and
+    hook; the other driver is unaffected."""
     install("devicehost-bad", drivers={"bad": "testdrivers.bad_hooks"})
     install("devicehost-alpha", drivers={"alpha": SCRIPTED})
-    plugins = load_plugins(allow=["bad", "alpha"])
-    state, reason = status(plugins, "bad")
+    host = started(host_config, "bad", "alpha")
+    state, reason = status(host.plugins, "bad")
     assert state is DriverStatus.FAILED
     assert "Plugin 'bad' for hook 'devicehost_enumerate'" in reason
     assert "colour" in reason
-    assert [d.name for d in plugins.drivers] == ["alpha"]
-    assert plugins.pm.get_plugin("bad") is None
+    assert status(host.plugins, "alpha") == (DriverStatus.ACTIVE, "")
 
 
-def test_unknown_hook_name_fails_and_lists_the_hooks(install):
+def test_unknown_hook_name_fails_and_lists_the_hooks(install, host_config):
     """A misspelt hook name is refused with the list of real hooks."""
     install("devicehost-typo", drivers={"typo": "testdrivers.unknown_hook"})
-    state, reason = status(load_plugins(allow=["typo"]), "typo")
+    state, reason = status(started(host_config, "typo").plugins, "typo")
     assert state is DriverStatus.FAILED
     assert reason.startswith("plugin 'typo': unknown hook 'devicehost_enumerat'; the hooks are:")
     assert "devicehost_enumerate" in reason
+
+
+def test_unknown_enabled_driver_is_a_config_error_listing_installed(install):
+    """A typo in the enabled-drivers list is an error naming the installed drivers, never a
+    host that silently serves nothing."""
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    with pytest.raises(ConfigError) as failed:
+        load_plugins(allow=["alpah"])
+    assert "no installed driver is named 'alpah'" in str(failed.value)
+    assert "alpha" in str(failed.value).split("installed: ")[1]
+
+
+def test_same_entry_point_name_in_two_distributions_lists_both(install):
+    """Two distributions using one entry-point name are both listed, the conflict named."""
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    install("devicehost-alpha-fork", drivers={"alpha": SCRIPTED})
+    plugins = load_plugins(allow=["alpha"])
+    listed = [(i.distribution, i.status) for i in plugins.infos if i.name == "alpha"]
+    assert listed == [
+        ("devicehost-alpha", DriverStatus.ACTIVE),
+        ("devicehost-alpha-fork", DriverStatus.FAILED),
+    ]
+    conflict = next(i for i in plugins.infos if i.distribution == "devicehost-alpha-fork")
+    assert "also used by devicehost-alpha" in conflict.reason
 
 
 def test_allow_and_deny_lists_filter_by_name(install):
@@ -89,28 +137,6 @@ def test_env_vars_select_drivers(install, monkeypatch, tmp_path):
     )
     plugins = load_plugins(allow=config.enabled_drivers, deny=config.disabled_drivers)
     assert [d.name for d in plugins.drivers] == ["beta"]
-
-
-def test_handle_calls_only_its_own_driver(install):
-    """Each driver's handle reaches its own hooks, not the other driver's."""
-    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
-    install("devicehost-beta", drivers={"beta": SCRIPTED})
-    plugins = load_plugins(allow=["alpha", "beta"])
-    alpha, beta = plugins.drivers
-    alpha.call(
-        "devicehost_configure",
-        config={"resources": {"test.example/a": 1}},
-        root="/",
-        simulated=False,
-    )
-    assert alpha.call("devicehost_resources") == [[_spec("test.example/a")]]
-    assert beta.plugin.calls == []
-
-
-def _spec(name):
-    from devicehost import ResourceSpec
-
-    return ResourceSpec(name=name)
 
 
 def test_policy_plugin_wraps_every_drivers_allocate(install, run_host, kubelet):

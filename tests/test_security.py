@@ -20,12 +20,13 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from devicehost import Allocation, Device, DeviceNode, Mount
+from devicehost import Device
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from devicehost.config import HostConfig
 from devicehost.testing import HostThread, KubeletStandIn, write_distribution
 from support import SCRIPTED, eventually
+from support import scripted as scripted_control
 
 RES = "test.example/dev"
 SOCKET = "devicehost-test.example_dev.sock"
@@ -90,9 +91,7 @@ def hostile() -> Iterator[SimpleNamespace]:
         kubelet.wait_registered(PATHS)
         kubelet.wait_registered(ECHO)
         kubelet.wait_devices(ECHO, lambda d: len(d) == 1)
-        yield SimpleNamespace(
-            host=host, kubelet=kubelet, echo=host.host.resources[ECHO].driver.plugin
-        )
+        yield SimpleNamespace(host=host, kubelet=kubelet, echo=scripted_control(host, ECHO))
     finally:
         host.stop()
         kubelet.close()
@@ -133,7 +132,7 @@ def test_paths_built_from_device_ids_never_leave_the_declared_tree(hostile, devi
 def test_unknown_hostile_ids_in_a_request_are_refused(hostile):
     """IDs that were dropped at enumeration (or never existed) are INVALID_ARGUMENT: the
     driver is never asked to build a path from them."""
-    driver = hostile.host.host.resources[PATHS].driver.plugin
+    driver = scripted_control(hostile.host, PATHS)
     for device_id in ("../../etc/shadow", "/etc/shadow", "a\x00b", "x/../.."):
         with pytest.raises(grpc.RpcError) as refused:
             hostile.kubelet.allocate(PATHS, [[device_id]])
@@ -173,18 +172,14 @@ def test_allocation_paths_fuzz_soak(hostile, kind, host_path, container_path):
 
 
 def check_allocation_paths(hostile, kind: str, host_path: str, container_path: str) -> None:
-    def answer() -> Allocation:
-        if kind == "device":
-            return Allocation(
-                devices=(DeviceNode(host_path=host_path, container_path=container_path),)
-            )
-        if kind == "mount":
-            return Allocation(mounts=(Mount(host_path=host_path, container_path=container_path),))
-        if kind == "env":
-            return Allocation(envs={host_path or "K": container_path})
-        return Allocation(annotations={host_path or "K": container_path})
-
-    hostile.echo.answer = answer
+    paths = {"host_path": host_path, "container_path": container_path}
+    answer = {
+        "device": {"devices": [{**paths, "permissions": "rw"}]},
+        "mount": {"mounts": [paths]},
+        "env": {"envs": {host_path or "K": container_path}},
+        "annotation": {"annotations": {host_path or "K": container_path}},
+    }[kind]
+    hostile.echo.answer(answer)
     try:
         response = hostile.kubelet.allocate(ECHO, [["dev-0"]])
     except grpc.RpcError as refused:
@@ -203,13 +198,7 @@ def test_look_alike_mount_or_device_cannot_smuggle_a_path(hostile, field):
     """An Allocation holding an object that merely looks like a DeviceNode or Mount (same
     attribute names: a vendor SDK's type, a namedtuple) with '/../etc/shadow' is refused
     with INTERNAL; the path never reaches the kubelet."""
-    smuggled = SimpleNamespace(
-        host_path="/dev/../etc/shadow",
-        container_path="/dev/x",
-        permissions="rw",
-        read_only=False,
-    )
-    hostile.echo.answer = lambda: Allocation(**{field: (smuggled,)})
+    hostile.echo.answer({"look_alike": field})
     try:
         response = hostile.kubelet.allocate(ECHO, [["dev-0"]])
     except grpc.RpcError as refused:
@@ -340,8 +329,8 @@ def test_symlink_planted_then_kubelet_restart(install, run_host, kubelet, tmp_pa
 def test_device_ids_with_traversal_from_enumerate_are_dropped(install, run_host, kubelet):
     """An enumeration with '../x', '/abs', 'nul\\0' IDs serves only the clean ones."""
     host = serve(install, run_host, kubelet)
-    driver = host.host.resources[RES].driver.plugin
+    driver = scripted_control(host, RES)
     devices = [Device(id=i) for i in ("ok-0", "../x", "/abs", "nul\x00", "ok-1")]
-    host.call(driver.set_devices, RES, devices)
+    driver.set_devices(RES, devices)
     listed = kubelet.wait_devices(RES, lambda d: sorted(d) == ["ok-0", "ok-1"])
     assert set(listed) == {"ok-0", "ok-1"}

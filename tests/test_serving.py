@@ -13,6 +13,7 @@ from devicehost import Device, Health
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from support import SCRIPTED
+from support import scripted as scripted_control
 
 RES = "test.example/dev"
 
@@ -27,7 +28,7 @@ def scripted(install, run_host, kubelet):
         host = run_host(enabled_drivers=("alpha",), drivers={"alpha": section}, **overrides)
         kubelet.wait_registered(RES)
         kubelet.wait_devices(RES, lambda d: len(d) == section["resources"].get(RES, 0))
-        return host, host.host.resources[RES].driver.plugin
+        return host, scripted_control(host, RES)
 
     return start
 
@@ -62,30 +63,30 @@ def test_list_and_watch_sends_full_list_with_topology(scripted, kubelet):
 
 def test_health_flips_both_ways(scripted, kubelet):
     """A device turning Unhealthy and then Healthy again is streamed each time."""
-    host, driver = scripted()
-    host.call(driver.set_health, RES, "dev-2", False)
+    _host, driver = scripted()
+    driver.set_health(RES, "dev-2", False)
     kubelet.wait_health(RES, "dev-2", "Unhealthy")
-    host.call(driver.set_health, RES, "dev-2", True)
+    driver.set_health(RES, "dev-2", True)
     kubelet.wait_health(RES, "dev-2", "Healthy")
 
 
 def test_devices_appear_and_disappear(scripted, kubelet):
     """A removed device leaves the list and a new one joins it."""
-    host, driver = scripted()
+    _host, driver = scripted()
     new = [Device(id="dev-0"), Device(id="dev-9")]
-    host.call(driver.set_devices, RES, new)
+    driver.set_devices(RES, new)
     devices = kubelet.wait_devices(RES, lambda d: sorted(d) == ["dev-0", "dev-9"])
     assert "dev-3" not in devices
 
 
 def test_concurrent_streams_all_receive_updates(scripted, kubelet):
     """A second ListAndWatch stream on the same socket receives the same change."""
-    host, driver = scripted()
+    _host, driver = scripted()
     socket = kubelet.plugin_dir / "devicehost-test.example_dev.sock"
     with grpc.insecure_channel(f"unix://{socket}") as channel:
         stream = pb_grpc.DevicePluginStub(channel).ListAndWatch(pb.Empty())
         assert {d.health for d in next(stream).devices} == {"Healthy"}
-        host.call(driver.set_health, RES, "dev-1", False)
+        driver.set_health(RES, "dev-1", False)
         update = {d.ID: d.health for d in next(stream).devices}
         stream.cancel()
     assert update["dev-1"] == "Unhealthy"
@@ -117,8 +118,8 @@ def test_allocate_unknown_id_is_invalid_argument(scripted, kubelet):
 
 def test_allocate_unhealthy_is_failed_precondition(scripted, kubelet):
     """An Unhealthy device is never handed out: FAILED_PRECONDITION, driver not called."""
-    host, driver = scripted()
-    host.call(driver.set_health, RES, "dev-0", False)
+    _host, driver = scripted()
+    driver.set_health(RES, "dev-0", False)
     kubelet.wait_health(RES, "dev-0", "Unhealthy")
     with pytest.raises(grpc.RpcError) as refused:
         kubelet.allocate(RES, [["dev-0"]])
@@ -129,14 +130,14 @@ def test_allocate_unhealthy_is_failed_precondition(scripted, kubelet):
 
 def test_allocate_driver_exception_is_internal_and_host_keeps_serving(scripted, kubelet):
     """A driver raising in allocate gives INTERNAL with its message; the stream stays up."""
-    host, driver = scripted({"raise": ["devicehost_allocate"]})
+    _host, driver = scripted({"raise": ["devicehost_allocate"]})
     with pytest.raises(grpc.RpcError) as refused:
         kubelet.allocate(RES, [["dev-0"]])
     assert refused.value.code() == grpc.StatusCode.INTERNAL
     assert refused.value.details() == (
         "driver 'alpha', hook devicehost_allocate: RuntimeError: scripted failure"
     )
-    host.call(driver.set_health, RES, "dev-3", False)
+    driver.set_health(RES, "dev-3", False)
     kubelet.wait_health(RES, "dev-3", "Unhealthy")
 
 
@@ -151,10 +152,10 @@ def test_allocate_driver_hang_is_deadline_exceeded(scripted, kubelet):
 
 def test_invalid_device_ids_are_dropped_with_a_log_line(scripted, kubelet, caplog):
     """A 64-character ID and an ID with '/' are refused at enumeration, the rest served."""
-    host, driver = scripted()
+    _host, driver = scripted()
     caplog.set_level(logging.ERROR, logger="devicehost")
     good, long_id = Device(id="dev-0"), Device(id="x" * 64)
-    host.call(driver.set_devices, RES, [good, long_id, Device(id="a/b")])
+    driver.set_devices(RES, [good, long_id, Device(id="a/b")])
     kubelet.wait_devices(RES, lambda d: list(d) == ["dev-0"])
     messages = [r.getMessage() for r in caplog.records]
     assert any("driver 'alpha'" in m and "longer than 63" in m for m in messages)
@@ -163,9 +164,9 @@ def test_invalid_device_ids_are_dropped_with_a_log_line(scripted, kubelet, caplo
 
 def test_bad_health_and_duplicates_are_dropped(scripted, kubelet):
     """A device with an illegal health string or a repeated ID is dropped; the rest stay."""
-    host, driver = scripted()
+    _host, driver = scripted()
     devices = [Device(id="dev-0"), Device(id="dev-0"), Device(id="dev-5", health="Broken")]
-    host.call(driver.set_devices, RES, devices)
+    driver.set_devices(RES, devices)
     listed = kubelet.wait_devices(RES, lambda d: list(d) == ["dev-0"])
     assert listed["dev-0"].health == Health.HEALTHY
 

@@ -30,6 +30,7 @@ from hypothesis.stateful import (
 
 from devicehost import Device, Health
 from support import SCRIPTED
+from support import scripted as scripted_control
 
 RES = "test.example/dev"
 START = [f"dev-{i}" for i in range(4)]
@@ -50,7 +51,7 @@ def served(install, run_host, kubelet):
 
 
 def machine(host, kubelet):
-    driver = host.host.resources[RES].driver.plugin
+    driver = scripted_control(host, RES)
 
     class HostMachine(RuleBasedStateMachine):
         """The model: ``truth`` maps each device the driver reports to its health."""
@@ -62,7 +63,7 @@ def machine(host, kubelet):
                 Device(id=i, health=Health.HEALTHY if ok else Health.UNHEALTHY)
                 for i, ok in self.truth.items()
             ]
-            host.call(driver.set_devices, RES, devices)
+            driver.set_devices(RES, devices)
 
         @initialize()
         def reset(self) -> None:

@@ -127,6 +127,7 @@ class HostConfig:
     disabled_drivers: tuple[str, ...] = ()
     scan_interval: float = 10.0
     hook_timeout: float = 10.0
+    driver_start_timeout: float = 30.0
     initial_backoff: float = 0.1
     max_backoff: float = 10.0
     rejected_backoff: float = 60.0
@@ -220,6 +221,13 @@ SETTINGS: tuple[Setting, ...] = (
         _positive_float,
         "DEVICEHOST_HOOK_TIMEOUT",
         "seconds a driver hook may run before the host answers without it",
+    ),
+    Setting(
+        "driverStartTimeoutSeconds",
+        "driver_start_timeout",
+        _positive_float,
+        "DEVICEHOST_DRIVER_START_TIMEOUT",
+        "seconds a driver's worker process may take to import the driver before it is restarted",
     ),
     Setting(
         "registration.initialBackoffSeconds",

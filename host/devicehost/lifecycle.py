@@ -189,7 +189,9 @@ class Host:
         driver that has not settled within its start and hook timeouts is shown as
         *starting*.
         """
-        await self._launch(self.config.hook_timeout * 3 + START_WAIT_SECONDS)
+        await self._launch(
+            self.config.driver_start_timeout + self.config.hook_timeout * 3 + START_WAIT_SECONDS
+        )
 
     async def _launch(self, wait: float) -> None:
         config = self.config
@@ -232,10 +234,11 @@ class Host:
         info.status = DriverStatus.STARTING
         handle = DriverHandle(
             info,
-            start_timeout=self.config.hook_timeout,
+            start_timeout=self.config.driver_start_timeout,
             on_notify=functools.partial(self._notify_driver, info.name),
             log_level=self.config.log_level,
             on_restart=lambda name: self.telemetry.metrics.driver_restarts.inc(driver=name),
+            on_error=self.telemetry.driver_error,
         )
         self.drivers[info.name] = handle
         self._driver_tasks.append(

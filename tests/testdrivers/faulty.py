@@ -5,22 +5,24 @@ Each one builds on ``Scripted`` (see scripted.py) so tests configure devices the
 - ``Paced``: ``delay: {hook: seconds}`` slows those hooks, so a kubelet restart lands in
   the middle of a call.
 - ``Faulty``: every hook named in ``raise`` raises, watch and shutdown included; tests add
-  hooks to ``raising`` while the host runs.
+  hooks through the control tree while the host runs.
 - ``RaisingEverywhere``: every hook raises, ``configure`` first.
 - ``Malformed``: enumerate mixes valid devices with duplicates, bad health strings,
   64-character IDs, IDs with ``/`` or NUL, non-``Device`` values and bad NUMA nodes;
   allocate answers with a dict; preferred_allocation with nonsense.
 - ``PathBuilder``: builds device nodes and mounts from the device IDs it is asked for, as
   a careless vendor driver would (``/dev/pathbuilder/<id>``).
-- ``Echo``: answers allocate with whatever paths or items a test put in ``answer``.
+- ``Echo``: answers allocate with whatever plain data a test put in ``answer.json``.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from devicehost import Allocation, Device, DeviceNode, Mount, hookimpl
@@ -38,8 +40,6 @@ class Paced(Scripted):
         super().devicehost_configure(config=config, root=root)
 
     def _enter(self, hook: str, **kwargs: Any) -> None:
-        if len(self.calls) > 1000:  # long loops: keep the record bounded
-            del self.calls[:500]
         delay = self.delays.get(hook, 0.0)
         if delay:
             time.sleep(delay)
@@ -47,26 +47,28 @@ class Paced(Scripted):
 
 
 class Faulty(ScriptedWithPreStart):
-    """Raises in any hook listed in ``raising`` — watch and shutdown too."""
+    """Raises in any hook listed in ``raise`` (config or control file) — watch and shutdown
+    too."""
 
-    watch_calls = 0
+    def _raises(self, hook: str) -> bool:
+        return hook in self.raising or hook in self._control().get("raise", ())
 
     @hookimpl
     def devicehost_watch(
         self, resource: str, notify: Callable[[], None], stop: threading.Event
     ) -> None:
-        self.watch_calls += 1
-        self._notify[resource] = notify
-        if "devicehost_watch" in self.raising:
+        with open(self.dir / "calls.jsonl", "a") as log:
+            log.write(json.dumps(["devicehost_watch", {"resource": resource}]) + "\n")
+        if self._raises("devicehost_watch"):
             raise RuntimeError("scripted watch failure")
         while not stop.wait(0.05):
-            if "devicehost_watch" in self.raising:
+            if self._raises("devicehost_watch"):
                 raise RuntimeError("scripted watch failure")
 
     @hookimpl
     def devicehost_shutdown(self) -> None:
         super().devicehost_shutdown()
-        if "devicehost_shutdown" in self.raising:
+        if self._raises("devicehost_shutdown"):
             raise RuntimeError("scripted shutdown failure")
 
 
@@ -140,7 +142,7 @@ class Malformed(ScriptedWithPreStart):
     @hookimpl
     def devicehost_enumerate(self, resource: str) -> Sequence[Any]:
         self._enter("devicehost_enumerate", resource=resource)
-        return [*self.devices[resource].values(), *MALFORMED_EXTRAS]
+        return [*self._devices().get(resource, []), *MALFORMED_EXTRAS]
 
     @hookimpl
     def devicehost_allocate(self, resource: str, device_ids: Sequence[str]) -> Any:
@@ -152,7 +154,7 @@ class Malformed(ScriptedWithPreStart):
         self, resource: str, available: Sequence[str], must_include: Sequence[str], size: int
     ) -> Any:
         self._enter("devicehost_preferred_allocation", resource=resource, size=size)
-        return self.preference
+        return self._control().get("preference", list(self.preference))
 
 
 class PathBuilder(Scripted):
@@ -164,9 +166,12 @@ class PathBuilder(Scripted):
     def devicehost_configure(self, config: Mapping[str, Any], root: Path) -> None:
         super().devicehost_configure(config=config, root=root)
         self.extra_ids = list(config.get("ids", ()))
-        for name in self.devices:
-            for device_id in self.extra_ids:
-                self.devices[name][device_id] = Device(id=device_id)
+
+    @hookimpl
+    def devicehost_enumerate(self, resource: str) -> Sequence[Any]:
+        self._enter("devicehost_enumerate", resource=resource)
+        extra = [{"id": i, "health": "Healthy"} for i in self.extra_ids]
+        return [*self._devices().get(resource, []), *extra]
 
     @hookimpl
     def devicehost_allocate(self, resource: str, device_ids: Sequence[str]) -> Allocation:
@@ -181,12 +186,23 @@ class PathBuilder(Scripted):
 
 
 class Echo(Scripted):
-    """Answers allocate with what the test put in ``answer``: a callable that builds the
-    Allocation (so model validation happens inside the driver, as it would for real)."""
-
-    answer: Callable[[], Any] = staticmethod(lambda: Allocation())
+    """Answers allocate with the plain data a test wrote to ``answer.json`` in its control
+    tree, as a careless or hostile driver could: the host must check it all."""
 
     @hookimpl
     def devicehost_allocate(self, resource: str, device_ids: Sequence[str]) -> Any:
         self._enter("devicehost_allocate", resource=resource, device_ids=list(device_ids))
-        return self.answer()
+        try:
+            answer = json.loads((self.dir / "answer.json").read_text())
+        except FileNotFoundError:
+            return {}
+        if isinstance(answer, dict) and "look_alike" in answer:
+            # An object that merely looks like a DeviceNode or Mount (a vendor SDK's type).
+            smuggled = SimpleNamespace(
+                host_path="/dev/../etc/shadow",
+                container_path="/dev/x",
+                permissions="rw",
+                read_only=False,
+            )
+            return {answer["look_alike"]: [smuggled]}
+        return answer

@@ -1,17 +1,23 @@
-"""A driver whose devices and misbehaviour a test sets through its config section.
+"""A driver whose devices and misbehaviour a test sets through its config and a control tree.
 
 Config (``drivers.<name>``):
   resources: {resource name: device count}       devices ``<prefix>-0`` …, NUMA node i % 2
   raise: [hook, ...]                             these hooks raise RuntimeError("scripted failure")
-  hang: [hook, ...]                              these hooks block until shutdown
+  hang: [hook, ...]                              these hooks block until shutdown or release
   preStart: true                                 implement devicehost_pre_start
   prefix: "dev"
-Tests reach the instance through the host (``resource.driver.plugin``) to change health or
-devices, which ``watch`` reports at once with ``notify()``.
+
+The driver runs in its own worker process, so tests reach it the way hardware would be
+reached: through files under ``<root>/scripted/<driver name>/`` (``tests/support.py``'s
+``ScriptedControl`` writes them). ``devices.json`` is the "hardware" (read by every
+enumerate; the watch notices each change at once), ``control.json`` adds hooks that raise or
+hang while the host runs, and ``calls.jsonl`` records every hook call.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -28,85 +34,114 @@ from devicehost import (
     hookimpl,
 )
 
+WATCH_POLL_SECONDS = 0.005
+
+
+def control_dir(root: Path, driver: str) -> Path:
+    return Path(root) / "scripted" / driver
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Replace ``path`` atomically: a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)
+
+
+def device_from(data: Mapping[str, Any]) -> Device:
+    return Device(
+        id=data["id"],
+        health=Health(data.get("health", "Healthy")),
+        numa_nodes=tuple(data.get("numa_nodes", ())),
+    )
+
 
 class Scripted:
     def __init__(self) -> None:
-        self.devices: dict[str, dict[str, Device]] = {}
         self.raising: set[str] = set()
         self.hanging: set[str] = set()
-        self.calls: list[tuple[str, dict[str, Any]]] = []
         self.released = threading.Event()
-        self._notify: dict[str, Callable[[], None]] = {}
-        self.root: Path | None = None
+        self.dir = Path("/nonexistent")
+        self.name = os.environ.get("DEVICEHOST_DRIVER_NAME", "scripted")
+
+    # -- the control tree ----------------------------------------------------------------
+
+    def _devices(self) -> dict[str, list[Any]]:
+        try:
+            return dict(json.loads((self.dir / "devices.json").read_text()))
+        except FileNotFoundError:
+            return {}
+
+    def _control(self) -> dict[str, Any]:
+        try:
+            return dict(json.loads((self.dir / "control.json").read_text()))
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
 
     def _enter(self, hook: str, **kwargs: Any) -> None:
-        self.calls.append((hook, kwargs))
-        if hook in self.hanging:
-            self.released.wait()
-        if hook in self.raising:
+        with open(self.dir / "calls.jsonl", "a") as log:
+            log.write(json.dumps([hook, kwargs], default=str) + "\n")
+        control = self._control()
+        if hook in self.hanging or hook in control.get("hang", ()):
+            while not self.released.wait(0.02):
+                if self._control().get("released"):
+                    break
+        if hook in self.raising or hook in control.get("raise", ()):
             raise RuntimeError("scripted failure")
-
-    # -- what tests call -----------------------------------------------------------------
-
-    def set_health(self, resource: str, device_id: str, healthy: bool) -> None:
-        old = self.devices[resource][device_id]
-        health = Health.HEALTHY if healthy else Health.UNHEALTHY
-        self.devices[resource][device_id] = Device(
-            id=old.id, health=health, numa_nodes=old.numa_nodes
-        )
-        self.changed(resource)
-
-    def set_devices(self, resource: str, devices: Sequence[Device]) -> None:
-        self.devices[resource] = {d.id: d for d in devices}
-        self.changed(resource)
-
-    def changed(self, resource: str) -> None:
-        if resource in self._notify:
-            self._notify[resource]()
 
     # -- hooks -----------------------------------------------------------------------------
 
     @hookimpl
     def devicehost_configure(self, config: Mapping[str, Any], root: Path) -> None:
-        self.root = root
+        self.dir = control_dir(root, self.name)
+        self.dir.mkdir(parents=True, exist_ok=True)
         prefix = config.get("prefix", "dev")
+        devices: dict[str, list[dict[str, Any]]] = {}
         for name, count in dict(config.get("resources", {})).items():
             if not isinstance(count, int):
                 raise ValueError(f"resources.{name}: expected a device count, got {count!r}")
-            self.devices[name] = {
-                f"{prefix}-{i}": Device(id=f"{prefix}-{i}", numa_nodes=(i % 2,))
+            devices[name] = [
+                {"id": f"{prefix}-{i}", "health": "Healthy", "numa_nodes": [i % 2]}
                 for i in range(count)
-            }
+            ]
+        if not (self.dir / "devices.json").exists():  # a restarted worker keeps the state
+            write_json(self.dir / "devices.json", devices)
         self.raising = set(config.get("raise", ()))
         self.hanging = set(config.get("hang", ()))
-        self._enter("devicehost_configure", config=config)
+        self._enter("devicehost_configure", config=dict(config))
 
     @hookimpl
     def devicehost_resources(self) -> Sequence[ResourceSpec]:
         self._enter("devicehost_resources")
-        return [ResourceSpec(name=name) for name in self.devices]
+        return [ResourceSpec(name=name) for name in self._devices()]
 
     @hookimpl
     def devicehost_notes(self) -> Sequence[str]:
-        return [f"scripted with {sum(map(len, self.devices.values()))} devices"]
+        return [f"scripted with {sum(map(len, self._devices().values()))} devices"]
 
     @hookimpl
-    def devicehost_enumerate(self, resource: str) -> Sequence[Device]:
+    def devicehost_enumerate(self, resource: str) -> Sequence[Any]:
         self._enter("devicehost_enumerate", resource=resource)
-        return list(self.devices[resource].values())
+        return list(self._devices().get(resource, []))
 
     @hookimpl
     def devicehost_watch(
         self, resource: str, notify: Callable[[], None], stop: threading.Event
     ) -> None:
-        self._notify[resource] = notify
-        stop.wait()
+        path = self.dir / "devices.json"
+        seen = path.stat().st_mtime_ns
+        while not stop.wait(WATCH_POLL_SECONDS):
+            now = path.stat().st_mtime_ns
+            if now != seen:
+                seen = now
+                notify()
 
     @hookimpl
     def devicehost_allocate(self, resource: str, device_ids: Sequence[str]) -> Allocation:
         self._enter("devicehost_allocate", resource=resource, device_ids=list(device_ids))
+        known = {d["id"] for d in self._devices().get(resource, [])}
         for device_id in device_ids:
-            if device_id not in self.devices.get(resource, {}):
+            if device_id not in known:
                 raise UnknownDevice(resource, device_id)
         return Allocation(
             envs={"SCRIPTED_DEVICES": ",".join(device_ids)},
@@ -116,12 +151,16 @@ class Scripted:
 
     @hookimpl
     def devicehost_simulate_health(self, resource: str, device_id: str, healthy: bool) -> bool:
-        self.set_health(resource, device_id, healthy)
+        devices = self._devices()
+        for device in devices.get(resource, []):
+            if device["id"] == device_id:
+                device["health"] = "Healthy" if healthy else "Unhealthy"
+        write_json(self.dir / "devices.json", devices)
         return True
 
     @hookimpl
     def devicehost_shutdown(self) -> None:
-        self.calls.append(("devicehost_shutdown", {}))
+        self._enter("devicehost_shutdown")
         self.released.set()
 
 
@@ -141,6 +180,40 @@ class ScriptedWithPreStart(Scripted):
         return list(must_include) + rest[: size - len(must_include)]
 
 
+class Composed(Scripted):
+    """Declares its edits with the devices and the resource; no allocate hook at all."""
+
+    devicehost_allocate = None  # type: ignore[assignment]
+
+    @hookimpl
+    def devicehost_resources(self) -> Sequence[ResourceSpec]:
+        self._enter("devicehost_resources")
+        return [
+            ResourceSpec(
+                name=name,
+                edits=Allocation(devices=(DeviceNode(host_path="/dev/scripted/ctl"),)),
+                joined_envs=("SCRIPTED_DEVICES",),
+            )
+            for name in self._devices()
+        ]
+
+    @hookimpl
+    def devicehost_enumerate(self, resource: str) -> Sequence[Any]:
+        self._enter("devicehost_enumerate", resource=resource)
+        return [
+            Device(
+                id=d.id,
+                health=d.health,
+                numa_nodes=d.numa_nodes,
+                edits=Allocation(
+                    envs={"SCRIPTED_DEVICES": d.id},
+                    devices=(DeviceNode(host_path=f"/dev/scripted/{d.id}"),),
+                ),
+            )
+            for d in map(device_from, self._devices().get(resource, []))
+        ]
+
+
 class Simulating(Scripted):
     """Builds its 'hardware' under the root, as a vendor driver does under --simulate."""
 
@@ -148,7 +221,9 @@ class Simulating(Scripted):
     def devicehost_simulate(self, root: Path) -> None:
         (root / "dev").mkdir(parents=True, exist_ok=True)
         (root / "dev" / "simulated0").touch()
-        self.calls.append(("devicehost_simulate", {"root": root}))
+        control_dir(root, self.name).mkdir(parents=True, exist_ok=True)
+        with open(control_dir(root, self.name) / "calls.jsonl", "a") as log:
+            log.write(json.dumps(["devicehost_simulate", {"root": str(root)}]) + "\n")
 
     @hookimpl
     def devicehost_configure(
@@ -166,7 +241,7 @@ class Misbehaving(Scripted):
 
     @hookimpl
     def devicehost_allocate(self, resource: str, device_ids: Sequence[str]) -> Any:
-        return {"envs": {"X": "1"}}
+        return {"envs": {"X": 1}}
 
     @hookimpl
     def devicehost_preferred_allocation(self, available: Sequence[str], size: int) -> Any:

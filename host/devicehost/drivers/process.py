@@ -38,6 +38,13 @@ class WorkerExited(Exception):
     """The worker process ended (or was killed because it stopped answering)."""
 
 
+class DriverInvalid(DriverError):
+    """pluggy refused the driver's hooks (a wrong signature, an unknown hook name).
+
+    A code bug in the driver: restarting cannot fix it, so the driver stays failed.
+    """
+
+
 class DriverBusy(DriverError):
     """The driver already has ``MAX_PENDING`` calls waiting; this one is refused at once.
 
@@ -83,6 +90,9 @@ class WorkerProcess:
         self._stuck: set[int] = set()
         self._ids = itertools.count(1)
         self._ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        # Read the outcome even when nobody waits any more (start timed out), so asyncio
+        # does not log "exception was never retrieved".
+        self._ready.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._tasks: list[asyncio.Task[None]] = []
         self._pong: asyncio.Event = asyncio.Event()
 
@@ -114,7 +124,7 @@ class WorkerProcess:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
-                env=_worker_environment(),
+                env=_worker_environment(self.driver),
             )
         finally:
             child.close()
@@ -171,6 +181,9 @@ class WorkerProcess:
                 self._ready.set_result(message["ready"])
             elif "unavailable" in message:
                 self._ready.set_exception(DriverUnavailable(str(message["unavailable"])))
+            elif "invalid" in message:
+                reason = str(message["invalid"])
+                self._ready.set_exception(DriverInvalid(self.driver, "import", reason))
             else:
                 reason = str(message.get("failed", f"unexpected first message {message!r:.200}"))
                 self._ready.set_exception(DriverError(self.driver, "import", reason))
@@ -241,14 +254,18 @@ class WorkerProcess:
             self._gave_up(call_id)
             raise DriverTimeout(self.driver, hook, f"did not return within {timeout:g} s") from None
         except asyncio.CancelledError:
-            self._gave_up(call_id)
+            self._gave_up(call_id, timed_out=False)
             raise
         finally:
             self._pending.pop(call_id, None)
 
-    def _gave_up(self, call_id: int) -> None:
-        """Cancel the call in the worker; if the worker now looks hung, check it is alive."""
+    def _gave_up(self, call_id: int, timed_out: bool = True) -> None:
+        """Cancel the call in the worker (it answers at once if the call had not started).
+        A call that ran past its timeout counts as stuck until it answers: when every call
+        thread is stuck, or the worker misses a ping, it is killed."""
         self._send({"cancel": call_id})
+        if not timed_out:
+            return
         self._stuck.add(call_id)
         if len(self._stuck) >= WORKER_THREADS:
             asyncio.get_running_loop().create_task(
@@ -323,9 +340,11 @@ def _level_of(line: str) -> int:
     }.get(word, logging.INFO)
 
 
-def _worker_environment() -> dict[str, str]:
-    """The host's environment, with its import path: the worker finds the same drivers."""
+def _worker_environment(driver: str) -> dict[str, str]:
+    """The host's environment, with its import path (the worker finds the same drivers) and
+    ``DEVICEHOST_DRIVER_NAME``, the driver's entry-point name."""
     env = dict(os.environ)
+    env["DEVICEHOST_DRIVER_NAME"] = driver
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     env.setdefault("PYTHONFAULTHANDLER", "1")  # a segfault leaves a Python stack in the log
     return env

@@ -13,6 +13,7 @@ Messages, host → worker:
 Worker → host:
   {"ready": {"hooks": [...]}}                   the driver imported and registered
   {"unavailable": reason} / {"failed": reason}  it could not be loaded
+  {"invalid": reason}                           pluggy refused its hooks (a code bug)
   {"result": id, "value": plain}                a hook returned
   {"error": id, "kind": "error"|"unavailable"|"value", "message": text}
   {"notify": resource}                          a watch hook called ``notify()``

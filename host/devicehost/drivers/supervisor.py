@@ -22,7 +22,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 from tenacity.wait import wait_exponential_jitter
 
 from devicehost.drivers.discovery import DRIVER_GROUP, DriverInfo, DriverStatus
-from devicehost.drivers.process import WorkerExited, WorkerProcess
+from devicehost.drivers.process import DriverInvalid, WorkerExited, WorkerProcess
 from devicehost.errors import DriverError, DriverUnavailable
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ class DriverHandle:
         log_level: str = "info",
         first_restart: float = FIRST_RESTART_SECONDS,
         on_restart: Callable[[str], None] | None = None,
+        on_error: Callable[[str, str], None] | None = None,
     ) -> None:
         self.info = info
         self.name = info.name
@@ -69,6 +70,7 @@ class DriverHandle:
         self.log_level = log_level
         self.first_restart = first_restart
         self.on_restart = on_restart
+        self.on_error = on_error
         self.process: WorkerProcess | None = None
         self.hooks: frozenset[str] = frozenset()
         #: Set once the first run has brought the driver up, failed for good, or given up.
@@ -150,6 +152,11 @@ class DriverHandle:
         except DriverFinal:
             await process.stop(STOP_GRACE_SECONDS)
             raise
+        except DriverInvalid as exc:
+            self._mark(DriverStatus.FAILED, str(exc).split(": ", 1)[1])
+            log.error("driver %r is not started: %s", self.name, self.info.reason)
+            await process.stop(STOP_GRACE_SECONDS)
+            raise DriverFinal() from None
         except (DriverError, WorkerExited) as exc:
             why = str(exc)
             if isinstance(exc, WorkerExited):
@@ -186,11 +193,13 @@ class DriverHandle:
         )
 
     def _watch_error(self, resource: str, message: str) -> None:
+        if self.on_error:
+            self.on_error(self.name, "devicehost_watch")
         log.error(
-            "driver %r, hook devicehost_watch (resource %r): %s; restarting the watch",
+            "driver %r, hook devicehost_watch: %s; restarting the watch of resource %r",
             self.name,
-            resource,
             message,
+            resource,
         )
 
     @staticmethod

@@ -158,7 +158,7 @@ class Worker:
             return False
         problem = register(self.pm, plugin, self.name)
         if problem:
-            self.send({"failed": problem})
+            self.send({"invalid": problem})
             return False
         hooks = [
             hook
@@ -184,6 +184,7 @@ class Worker:
         with self._cancel_lock:
             if call_id in self._cancelled:
                 self._cancelled.discard(call_id)
+                self.send({"error": call_id, "kind": "cancelled", "message": "not started"})
                 return
         try:
             value = to_plain(self.call(hook, kwargs))
