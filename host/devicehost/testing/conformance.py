@@ -11,9 +11,11 @@ instead of stopping at the first::
 
 Checked: the driver loads and validates; ``resources`` returns valid, unique
 ``ResourceSpec``s; every enumeration returns valid, unique IDs with legal health; every
-healthy device allocates alone to a well-formed ``Allocation``; an unknown ID is refused;
-``preferred_allocation`` (when implemented) returns valid choices; every hook returns
-within ``timeout``.
+healthy device, alone and with another, composes (as the host composes each Allocate from
+the resource's and the devices' edits, plus the ``allocate`` hook's answer when the driver
+has one) into edits that give the container something and do not clash; an ``allocate``
+hook refuses an unknown ID; ``preferred_allocation`` (when implemented) returns valid
+choices; every hook returns within ``timeout``.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devicehost.compose import CompositionClash, compose
 from devicehost.drivers.discovery import Driver, DriverStatus, load_plugins
 from devicehost.drivers.scan import clean_devices
-from devicehost.errors import DriverError
-from devicehost.model import Allocation, ResourceSpec
+from devicehost.errors import ConfigError, DriverError
+from devicehost.model import Allocation, Device, ResourceSpec
 
 UNKNOWN_ID = "devicehost-conformance-no-such-device"
 
@@ -72,7 +75,8 @@ class _Battery:
             if elapsed > self.report.slowest_hook[1]:
                 self.report.slowest_hook = (hook, elapsed)
 
-    def resource(self, name: str) -> None:
+    def resource(self, spec: ResourceSpec) -> None:
+        name = spec.name
         try:
             raw = self.call("devicehost_enumerate", resource=name)
             devices, dropped = clean_devices(self.driver.name, name, raw, set())
@@ -87,31 +91,50 @@ class _Battery:
         self.report.devices[name] = len(devices)
         healthy = [d.id for d in devices if d.healthy]
         self.report.healthy[name] = len(healthy)
+        by_id = {d.id: d for d in devices}
         for device_id in healthy:
-            self.allocation(name, [device_id])
-        try:
-            self.call("devicehost_allocate", resource=name, device_ids=[UNKNOWN_ID])
-            self.problems.append(
-                f"{name}: allocate accepted the unknown ID {UNKNOWN_ID!r}; "
-                "it must raise (devicehost.UnknownDevice)"
-            )
-        except DriverError:
-            pass
+            self.allocation(spec, by_id, [device_id])
+        if len(healthy) > 1:
+            self.allocation(spec, by_id, healthy[:2])
+        if self.driver.implements("devicehost_allocate"):
+            try:
+                self.call("devicehost_allocate", resource=name, device_ids=[UNKNOWN_ID])
+                self.problems.append(
+                    f"{name}: allocate accepted the unknown ID {UNKNOWN_ID!r}; "
+                    "it must raise (devicehost.UnknownDevice)"
+                )
+            except DriverError:
+                pass
         if self.driver.implements("devicehost_preferred_allocation") and healthy:
             self.preferred(name, healthy)
 
-    def allocation(self, name: str, ids: list[str]) -> None:
+    def allocation(self, spec: ResourceSpec, devices: dict[str, Device], ids: list[str]) -> None:
+        """Compose ``ids`` as the host would answer an Allocate for them."""
+        name = spec.name
+        extra = Allocation()
+        if self.driver.implements("devicehost_allocate"):
+            try:
+                result = self.call("devicehost_allocate", resource=name, device_ids=ids)
+            except DriverError as exc:
+                self.problems.append(f"{name}: allocating healthy {ids} failed: {exc}")
+                return
+            if result is not None and not isinstance(result, Allocation):
+                self.problems.append(
+                    f"{name}: allocate({ids}) returned {type(result).__name__}, "
+                    "expected Allocation or None"
+                )
+                return
+            extra = result or extra
         try:
-            result = self.call("devicehost_allocate", resource=name, device_ids=ids)
-        except DriverError as exc:
-            self.problems.append(f"{name}: allocating healthy {ids} failed: {exc}")
+            edits = compose(spec, devices, ids, extra)
+        except CompositionClash as exc:
+            self.problems.append(f"{name}: the edits of {ids} clash: {exc}")
             return
-        if not isinstance(result, Allocation):
+        if not (edits.envs or edits.mounts or edits.devices or edits.cdi_devices):
             self.problems.append(
-                f"{name}: allocate({ids}) returned {type(result).__name__}, expected Allocation"
+                f"{name}: a container given {ids} gets nothing (no env, mount, device node "
+                "or CDI device in the resource's or the devices' edits)"
             )
-        elif not (result.envs or result.mounts or result.devices or result.cdi_devices):
-            self.problems.append(f"{name}: allocate({ids}) gave the container nothing")
 
     def preferred(self, name: str, healthy: list[str]) -> None:
         for size in range(1, min(len(healthy), 4) + 1):
@@ -148,16 +171,23 @@ def check_driver(
     *,
     config: Mapping[str, Any] | None = None,
     simulated: bool = False,
+    node: str = "",
     timeout: float = 10.0,
 ) -> ConformanceReport:
-    """Run the battery on the installed driver ``name``; raise ``ConformanceError`` on failure.
+    """Run the battery on the installed driver ``name``; return a ``ConformanceReport`` or
+    raise ``ConformanceError`` listing every problem.
 
     With ``simulated=True`` the driver first builds its simulated hardware under ``root``
-    (``devicehost_simulate``) and is configured as under ``devicehost demo``.
+    (``devicehost_simulate`` with ``config`` and ``node``, the machine to simulate) and is
+    configured as under ``devicehost demo``.
     """
-    plugins = load_plugins(allow=[name])
-    info = next((i for i in plugins.infos if i.name == name and i.kind == "driver"), None)
-    if info is None:
+    try:
+        plugins = load_plugins(allow=[name])
+    except ConfigError:  # not installed: the enabled list names nothing
+        plugins = None
+    infos = plugins.infos if plugins else []
+    info = next((i for i in infos if i.name == name and i.kind == "driver"), None)
+    if plugins is None or info is None:
         raise ConformanceError(
             name,
             [
@@ -171,7 +201,7 @@ def check_driver(
     root = Path(root)
     try:
         if simulated:
-            battery.call("devicehost_simulate", root=root)
+            battery.call("devicehost_simulate", root=root, config=dict(config or {}), node=node)
         battery.call(
             "devicehost_configure", config=dict(config or {}), root=root, simulated=simulated
         )
@@ -179,13 +209,17 @@ def check_driver(
         specs = [s for specs in results or () for s in specs or ()]
     except DriverError as exc:
         raise ConformanceError(name, [str(exc)]) from exc
-    names = [s.name for s in specs if isinstance(s, ResourceSpec)]
-    if len(names) != len(specs):
+    valid = [s for s in specs if isinstance(s, ResourceSpec)]
+    names = [s.name for s in valid]
+    if len(valid) != len(specs):
         battery.problems.append(f"resources returned non-ResourceSpec values: {specs!r}")
     if len(set(names)) != len(names):
         battery.problems.append(f"resources returned a name twice: {names}")
-    for resource in dict.fromkeys(names):
-        battery.resource(resource)
+    unique: dict[str, ResourceSpec] = {}
+    for spec in valid:
+        unique.setdefault(spec.name, spec)
+    for spec in unique.values():
+        battery.resource(spec)
     try:
         battery.call("devicehost_shutdown")
     except DriverError as exc:
