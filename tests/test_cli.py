@@ -76,7 +76,7 @@ def test_config_prints_the_effective_document(tmp_path):
     """`devicehost config` prints the merged HostConfig, flags applied."""
     path = config_file(tmp_path, "scanIntervalSeconds: 3\n")
     result = devicehost(
-        "config", "--config", str(path), "--node-name", "n9", "--drivers", "none-such"
+        "config", "--config", str(path), "--node-name", "n9", "--drivers", "template"
     )
     assert result.returncode == 0, result.stderr
     assert "scanIntervalSeconds: 3.0" in result.stdout

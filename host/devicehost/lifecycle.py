@@ -260,8 +260,8 @@ class Host:
             specs = await driver.acall("devicehost_resources", timeout)
             notes = await driver.acall("devicehost_notes", timeout)
         except DriverUnavailable as exc:
+            # Logged once, with every driver's status, at the end of prepare().
             self.plugins.mark(driver, DriverStatus.UNAVAILABLE, str(exc))
-            log.info("driver %r is unavailable on this node: %s", driver.name, exc)
             return None
         except DriverError as exc:
             if isinstance(exc.__cause__, ValueError) and exc.hook == "devicehost_configure":

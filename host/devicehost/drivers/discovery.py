@@ -21,7 +21,7 @@ from importlib_metadata import EntryPoint, entry_points
 
 from devicehost import hookspecs
 from devicehost.drivers.calls import WorkerPool, run_with_timeout
-from devicehost.errors import DriverError, DriverTimeout, DriverUnavailable
+from devicehost.errors import ConfigError, DriverError, DriverTimeout, DriverUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +189,21 @@ def _selected(name: str, allow: Sequence[str] | None, deny: Sequence[str]) -> st
     return None
 
 
+def _check_selection(allow: Sequence[str] | None, deny: Sequence[str], installed: set[str]) -> None:
+    """A misspelt name in the enabled list would silently disable every driver: refuse it,
+    naming what is installed. A misspelt disabled name only fails to disable: warn."""
+    known = ", ".join(sorted(installed)) or "none"
+    unknown = sorted(set(allow or ()) - installed)
+    if unknown:
+        raise ConfigError(
+            "config",
+            "enabledDrivers",
+            f"no installed driver is named {', '.join(map(repr, unknown))}; installed: {known}",
+        )
+    for name in sorted(set(deny) - installed):
+        log.warning("disabledDrivers: no installed driver is named %r (installed: %s)", name, known)
+
+
 def load_plugins(
     allow: Sequence[str] | None = None,
     deny: Sequence[str] = (),
@@ -220,6 +235,7 @@ def load_plugins(
             )
             continue
         loaded.append(_load_entry_point(ep, "driver"))
+    _check_selection(allow, deny, seen)
     for plugin, info in loaded:
         plugins.infos.append(info)
         if plugin is None:
