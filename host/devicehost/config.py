@@ -352,12 +352,15 @@ def _read_config_text(path: Path) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise ConfigError(source, "", f"cannot read: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as stream:
+    try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             kind = _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
             raise ConfigError(source, "", f"is {kind}; expected a regular YAML file")
-        data = stream.read(MAX_CONFIG_BYTES + 1)
+        with os.fdopen(fd, "rb", closefd=False) as stream:
+            data = stream.read(MAX_CONFIG_BYTES + 1)
+    finally:
+        os.close(fd)
     if len(data) > MAX_CONFIG_BYTES:
         raise ConfigError(
             source, "", f"is larger than {MAX_CONFIG_BYTES // 1024} KiB; not a HostConfig"
