@@ -86,7 +86,11 @@ def devicehost_simulate(root: Path, config: Mapping[str, Any], node: str) -> Non
     """
     if node:
         return
-    for index in range(simulated_count(config)):
+    try:
+        count = simulated_count(config)
+    except ValueError:
+        count = DEFAULT_COUNT  # configure, called next, reports the bad value as config
+    for index in range(count):
         (root / "dev").mkdir(parents=True, exist_ok=True)
         (root / "dev" / f"widget{index}").touch()
         health = _health_file(root, f"widget{index}")
