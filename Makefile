@@ -1,10 +1,12 @@
 # devicehost — the two set-up commands are `make demo` and `make test`; each needs only
 # python3 (with venv and pip) and installs everything else into .venv from uv.lock.
+# The sync is --inexact: a driver you installed beside the locked ones
+# (`uv pip install -e ../devicehost-acme`) stays installed; targets then run with --no-sync.
 
 SHELL := /bin/bash
 TOOLS := .tools
 UV := $(shell command -v uv 2>/dev/null || echo $(TOOLS)/bin/uv)
-RUN := $(UV) run --frozen
+RUN := $(UV) run --frozen --no-sync
 
 .PHONY: setup demo test lint format proto bench soak gpu-check clean
 
@@ -13,13 +15,13 @@ $(TOOLS)/bin/uv:
 	$(TOOLS)/bin/pip install --quiet uv
 
 setup: $(if $(findstring $(TOOLS),$(UV)),$(TOOLS)/bin/uv)
-	$(UV) sync --frozen --quiet
+	$(UV) sync --frozen --inexact --quiet
 
 demo: setup
 	$(RUN) devicehost demo
 
 test: setup lint
-	$(RUN) pytest -q
+	UV=$(abspath $(UV)) $(RUN) pytest -q
 
 lint: setup
 	$(RUN) ruff check .

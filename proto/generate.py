@@ -9,6 +9,7 @@ to write elsewhere (the staleness test compares such a fresh run with the commit
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import sys
@@ -26,6 +27,11 @@ IMPORT_RE = re.compile(r"^(import|from) (deviceplugin|podresources)\b", re.MULTI
 
 
 def generate(out: Path) -> None:
+    # protoc finds its mypy plugins (protoc-gen-mypy) on PATH: put this interpreter's
+    # scripts first, so a plain `.venv/bin/pytest` or `python proto/generate.py` works
+    # without activating the venv.
+    scripts = str(Path(sys.executable).parent)
+    os.environ["PATH"] = os.pathsep.join([scripts, os.environ.get("PATH", "")])
     with tempfile.TemporaryDirectory() as tmp:
         args = [
             "grpc_tools.protoc",

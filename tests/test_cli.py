@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from devicehost.testing import write_distribution
 from support import SCRIPTED
@@ -23,6 +27,18 @@ def devicehost(*args: str, site: Path | None = None) -> subprocess.CompletedProc
         text=True,
         timeout=60,
     )
+
+
+@pytest.fixture
+def install_site(tmp_path: Path) -> Path:
+    """A site directory where the driver 'absent' (unavailable at configure) is installed."""
+    site = tmp_path / "site"
+    write_distribution(
+        site,
+        "devicehost-absent",
+        {"devicehost.drivers": {"absent": "testdrivers.author_kit:Absent"}},
+    )
+    return site
 
 
 def scripted_site(tmp_path: Path) -> Path:
@@ -165,3 +181,178 @@ def test_demo_tours_a_simulated_node():
         "resources re-registered",
     ):
         assert line in result.stdout
+
+
+# -- the paths people hit by mistake (issue: the command line helps when things go wrong) --
+
+
+def _unprivileged(command: list[str]) -> list[str]:
+    """``command`` without the power to write anywhere: as root, drop the capabilities
+    that bypass file permissions (setpriv), so a 0555 directory is unwritable."""
+    if os.geteuid() != 0:
+        return command
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: cannot make a directory unwritable")
+    caps = "-dac_override,-dac_read_search"
+    return [setpriv, "--bounding-set", caps, "--inh-caps", caps, *command]
+
+
+def test_run_without_privilege_says_what_to_do(tmp_path):
+    """Item 9: `run` on a plugin directory it may not create sockets in exits 1 with one
+    line naming the directory, the cause and the fix — no traceback, no retry loop."""
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    result = subprocess.run(
+        _unprivileged([sys.executable, "-m", "devicehost.cli", "run", "--plugin-dir", str(locked)]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().startswith(f"devicehost: cannot create sockets in {locked}")
+    assert "run as root" in result.stderr and "--plugin-dir" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_run_with_a_socket_path_over_the_unix_limit_says_so(tmp_path):
+    """Item 9: a plugin directory too long for unix socket paths is refused at once."""
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    result = devicehost("run", "--plugin-dir", str(deep))
+    assert result.returncode == 1
+    assert "over the 107-byte limit of unix socket paths" in result.stderr
+    assert "use a shorter --plugin-dir" in result.stderr
+
+
+def test_run_on_a_file_instead_of_a_directory_says_so(tmp_path):
+    """Item 9: a plugin directory that is a file is named as such."""
+    (tmp_path / "plugins").write_text("")
+    result = devicehost("run", "--plugin-dir", str(tmp_path / "plugins"))
+    assert result.returncode == 1
+    assert f"plugin directory {tmp_path / 'plugins'} is not a directory" in result.stderr
+
+
+def test_unknown_driver_name_lists_the_installed_ones(tmp_path):
+    """Item 10: `--drivers nvidai` is an error listing the installed drivers, not a host
+    that silently serves nothing."""
+    result = devicehost("drivers", "--drivers", "nvidai", "--root", str(tmp_path))
+    assert result.returncode == 2
+    assert "enabledDrivers: no installed driver is named 'nvidai'; installed: " in result.stderr
+    assert "template" in result.stderr
+
+
+def test_missing_kubelet_is_one_line_saying_what_it_means(tmp_path, plugin_dir):
+    """Item 11: with no kubelet.sock, the log says so once, with what it usually means; the
+    retries of each resource stay at debug level."""
+    site = scripted_site(tmp_path)
+    config = config_file(
+        tmp_path, "drivers:\n  alpha:\n    resources: {a.example/x: 1, b.example/y: 1}\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(site)])}
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "devicehost.cli", "run", "--config", str(config),
+            "--drivers", "alpha", "--root", str(tmp_path), "--plugin-dir", str(plugin_dir),
+            "--metrics-address", "", "--pod-resources-socket", "", "--log-level", "debug",
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    lines: list[str] = []
+    try:
+        assert process.stderr is not None
+        attempts = {"a.example/x": 0, "b.example/y": 0}
+        for line in process.stderr:
+            lines.append(line)
+            for resource in attempts:
+                if f"resource '{resource}' (attempt" in line:
+                    attempts[resource] += 1
+            if min(attempts.values()) >= 3:
+                break
+    finally:
+        process.terminate()
+        process.wait(10)
+    missing = [line for line in lines if "kubelet.sock does not exist" in line]
+    assert len(missing) == 1, lines
+    assert "the kubelet is not running" in missing[0] and "--plugin-dir" in missing[0]
+    assert not [line for line in lines if "WARNING" in line and "not reachable" in line]
+
+
+def test_readme_says_how_to_run_devicehost_and_tools_are_ignored():
+    """Item 12: the README names the installed command, and .tools/ is ignored by git."""
+    root = Path(__file__).resolve().parent.parent
+    assert ".venv/bin/devicehost" in (root / "README.md").read_text()
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", "-q", ".tools/bin/uv"], cwd=root, check=False
+    )
+    assert ignored.returncode == 0
+
+
+def test_each_command_offers_only_its_flags():
+    """Item 13: `demo` does not take --plugin-dir (an error naming the command), and its
+    help does not show it."""
+    result = devicehost("demo", "--plugin-dir", "/tmp/x")
+    assert result.returncode == 2
+    assert "devicehost demo: error: 'demo' does not take --plugin-dir" in result.stderr
+    assert "--plugin-dir" not in devicehost("demo", "--help").stdout
+
+
+def test_help_shows_defaults():
+    """Item 13: each flag's help shows its default."""
+    out = " ".join(devicehost("run", "--help").stdout.split())
+    assert "DEVICEHOST_PLUGIN_DIR, default: /var/lib/kubelet/device-plugins" in out
+    assert "default: 10)" in out
+
+
+def test_flags_before_the_command_are_accepted(tmp_path):
+    """Item 13: `devicehost --simulate drivers` works like `devicehost drivers --simulate`."""
+    result = devicehost("--simulate", "drivers", "--drivers", "template", "--json")
+    assert result.returncode == 0, result.stderr
+    template = next(r for r in json.loads(result.stdout) if r["name"] == "template")
+    assert template["resources"] == ["example.com/widget"]
+
+
+def test_closed_pipe_ends_quietly():
+    """Item 13: `devicehost devices | head` ends without a BrokenPipeError traceback."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "devicehost.cli", "devices", "--simulate"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    err = process.stderr.read().decode()
+    assert process.wait(60) == 141
+    assert "BrokenPipeError" not in err and "Traceback" not in err
+
+
+def test_unavailable_driver_is_logged_once(install_site):
+    """Item 13: a driver unavailable at configure is logged once, with its reason."""
+    result = devicehost("devices", "--drivers", "absent", "--log-level", "info", site=install_site)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("no widget hardware on this node") == 1, result.stderr
+
+
+def test_yaml_errors_name_the_file(tmp_path):
+    """Item 13: a YAML syntax error names the file, not "<unicode string>"."""
+    path = config_file(tmp_path, "log: [unclosed\n")
+    result = devicehost("config", "--config", str(path))
+    assert result.returncode == 2
+    assert f'in "{path}", line' in result.stderr
+    assert "<unicode string>" not in result.stderr
+
+
+def test_new_driver_refuses_a_bad_name(tmp_path):
+    """Item 14: `new-driver` with an unusable name exits 2 saying what a name may be."""
+    result = devicehost("new-driver", "Bad_Name", "--dest", str(tmp_path / "x"))
+    assert result.returncode == 2
+    assert "expected lower-case letters and digits" in result.stderr
+
+
+def test_demo_lists_the_nodes_it_can_simulate():
+    """`demo --list-nodes` lists each published machine with a one-line description."""
+    out = devicehost("demo", "--list-nodes").stdout
+    for name in ("dgx-h100", "atlas-800-9000", "atlas-800t-a2", "atlas-800-3000"):
+        assert re.search(rf"^  {name} +\S", out, re.MULTILINE), out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,72 @@ def test_effective_document_loads_back_to_the_same_config(tmp_path):
     again.write_text(yaml.safe_dump(config.to_document()))
     assert load_config(again, env={}) == config
     assert isinstance(config, HostConfig)
+
+
+# -- inputs that must be a clear config error, never a traceback, a hang or a burnt CPU --
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "problem"),
+    [
+        ("metrics:\n  address: 127.0.0.1:99999\n", "metrics.address", "port 99999 is out of range"),
+        ("metrics:\n  address: localhost\n", "metrics.address", "expected host:port"),
+        ("pluginDir: plugins\n", "pluginDir", "expected an absolute path, got 'plugins'"),
+        ("podResourcesSocket: kubelet.sock\n", "podResourcesSocket", "expected an absolute path"),
+        ("scanIntervalSeconds: 0\n", "scanIntervalSeconds", "expected a positive number"),
+        ("scanIntervalSeconds: 1.0e-9\n", "scanIntervalSeconds", "expected between 0.01 and"),
+        ("hookTimeoutSeconds: 0.001\n", "hookTimeoutSeconds", "expected between 0.01 and"),
+        ("registration:\n  maxBackoffSeconds: 1.0e+300\n", "registration.maxBackoffSeconds",
+         "expected between 0.01 and 86400 seconds"),
+    ],
+)  # fmt: skip
+def test_values_that_would_fail_later_are_refused_now(tmp_path, body, key, problem):
+    """Ports out of range, relative socket paths and intervals that would spin a CPU (or
+    overflow a timer) are refused at load time, naming the file and the key."""
+    path = write(tmp_path, body)
+    with pytest.raises(ConfigError) as failed:
+        load_config(path, env={})
+    assert str(failed.value).startswith(f"{path}: {key}: ")
+    assert problem in str(failed.value)
+
+
+def test_a_fifo_config_path_is_refused_without_blocking(tmp_path):
+    """A FIFO (nothing writing to it) is refused at once instead of blocking start-up."""
+    fifo = tmp_path / "host.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match=r"is a FIFO \(named pipe\); expected a regular"):
+        load_config(fifo, env={})
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"), [("/dev/zero", "a character device"), ("/", "a directory")]
+)
+def test_a_device_or_directory_config_path_is_refused(path, kind):
+    """/dev/zero (endless) and a directory are refused by type, never read."""
+    with pytest.raises(ConfigError, match=f"is {kind}; expected a regular YAML file"):
+        load_config(Path(path), env={})
+
+
+def test_a_huge_config_file_is_refused(tmp_path):
+    """A file over 1 MiB is not a HostConfig: refused before parsing."""
+    path = write(tmp_path, "# " + "x" * (1 << 20) + "\n")
+    with pytest.raises(ConfigError, match="is larger than 1024 KiB"):
+        load_config(path, env={})
+
+
+def test_env_and_flags_get_the_same_checks():
+    """The checks apply to env vars and flags too, naming them."""
+    with pytest.raises(
+        ConfigError, match=r"env DEVICEHOST_METRICS_ADDRESS: metrics\.address: port"
+    ):
+        load_config(env={"DEVICEHOST_METRICS_ADDRESS": ":70000"})
+    with pytest.raises(ConfigError, match="flag --plugin-dir: pluginDir: expected an absolute"):
+        load_config(env={}, flags={"plugin_dir": "rel/dir"})
+
+
+def test_yaml_syntax_errors_name_the_file(tmp_path):
+    """A YAML syntax error points at the file, line and column."""
+    path = write(tmp_path, "log: [unclosed\n")
+    with pytest.raises(ConfigError) as failed:
+        load_config(path, env={})
+    assert f'in "{path}", line' in str(failed.value)

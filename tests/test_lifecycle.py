@@ -40,7 +40,7 @@ def test_removed_plugin_socket_is_served_again(install, run_host, kubelet):
     kubelet.wait_registered(RES)
     os.unlink(kubelet.plugin_dir / SOCKET)
     kubelet.wait_registered(RES, count=2)
-    assert kubelet.allocate(RES, [["dev-0"]]).container_responses
+    assert kubelet.allocate(RES, [["dev-0"]])
 
 
 def test_restart_is_detected_by_polling_without_inotify(install, host_config, kubelet):
@@ -103,12 +103,7 @@ def test_two_drivers_serve_at_once(install, run_host, kubelet):
     )
     kubelet.wait_registered("test.example/a")
     kubelet.wait_registered("test.example/b")
-    assert (
-        kubelet.allocate("test.example/b", [["b-2"]])
-        .container_responses[0]
-        .envs["SCRIPTED_DEVICES"]
-        == "b-2"
-    )
+    assert kubelet.allocate("test.example/b", [["b-2"]])[0].envs["SCRIPTED_DEVICES"] == "b-2"
 
 
 def test_failing_driver_does_not_touch_another(install, run_host, kubelet):
@@ -132,7 +127,7 @@ def test_failing_driver_does_not_touch_another(install, run_host, kubelet):
     )
     healthy = {"b-0": "Healthy", "b-1": "Healthy"}
     kubelet.wait_devices("test.example/b", lambda d: {i: x.health for i, x in d.items()} == healthy)
-    assert kubelet.allocate("test.example/b", [["b-0"]]).container_responses
+    assert kubelet.allocate("test.example/b", [["b-0"]])
 
 
 def test_hanging_driver_does_not_delay_another(install, run_host, kubelet):
@@ -148,7 +143,7 @@ def test_hanging_driver_does_not_delay_another(install, run_host, kubelet):
         },
     )
     kubelet.wait_registered("test.example/b")
-    assert kubelet.allocate("test.example/b", [["b-1"]]).container_responses
+    assert kubelet.allocate("test.example/b", [["b-1"]])
 
 
 def test_same_resource_from_two_drivers_refuses_the_second(install, run_host, kubelet, caplog):

@@ -182,7 +182,7 @@ def test_missing_pod_resources_socket_leaves_allocate_working(traced, kubelet, r
     """Without the PodResources socket, Allocate succeeds and one log line says why."""
     caplog.set_level(logging.INFO, logger="devicehost")
     traced()
-    assert kubelet.allocate(RES, [["dev-0"]]).container_responses
+    assert kubelet.allocate(RES, [["dev-0"]])
     receiver.wait_for_span(ALLOCATE)
     eventually(
         lambda: any(
@@ -199,7 +199,7 @@ def test_hanging_pod_resources_does_not_hold_allocate(traced, kubelet, receiver,
         pods.assign("shop", "web-0", "main", RES, ["dev-0"])
         traced()
         response = kubelet.allocate(RES, [["dev-0"]], timeout=1.0)
-        assert response.container_responses[0].envs["SCRIPTED_DEVICES"] == "dev-0"
+        assert response[0].envs["SCRIPTED_DEVICES"] == "dev-0"
         eventually(lambda: pods.calls >= 1)
 
 

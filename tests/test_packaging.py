@@ -94,7 +94,7 @@ def test_installed_driver_is_served_to_the_kubelet(fresh_env, tmp_path, plugin_d
             kubelet.wait_registered("example.org/thing", timeout=30)
             kubelet.wait_devices("example.org/thing", lambda d: sorted(d) == ["thing0", "thing1"])
             response = kubelet.allocate("example.org/thing", [["thing1"]])
-            assert [d.host_path for d in response.container_responses[0].devices] == ["/dev/thing1"]
+            assert [d.host_path for d in response[0].devices] == ["/dev/thing1"]
         finally:
             process.terminate()
             process.wait(10)

@@ -153,7 +153,7 @@ def test_policy_plugin_wraps_every_drivers_allocate(install, run_host, kubelet):
     )
     for resource, device in (("test.example/a", "dev-0"), ("test.example/b", "b-0")):
         kubelet.wait_registered(resource)
-        container = kubelet.allocate(resource, [[device]]).container_responses[0]
+        container = kubelet.allocate(resource, [[device]])[0]
         mounts = [(m.host_path, m.container_path) for m in container.mounts]
         assert ("/etc/site/ca.pem", "/etc/ssl/site-ca.pem") in mounts
         assert container.envs["SCRIPTED_DEVICES"] == device

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import filecmp
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,11 +20,13 @@ COMMITTED = ROOT / "host" / "devicehost" / "_proto"
 def test_committed_modules_match_a_fresh_generation(tmp_path):
     """`make proto` output equals what is committed; regenerate after editing proto/."""
     out = tmp_path / "_proto"
-    subprocess.run(
+    generated = subprocess.run(
         [sys.executable, str(ROOT / "proto" / "generate.py"), "--out", str(out)],
-        check=True,
         capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": "/usr/bin:/bin"},  # as a plain `pytest` run sees it
     )
+    assert generated.returncode == 0, f"proto/generate.py failed:\n{generated.stderr}"
     fresh = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
     committed = sorted(
         p.relative_to(COMMITTED)

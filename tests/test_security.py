@@ -47,6 +47,8 @@ def safe_path(path: str) -> bool:
     )
 
 
+# These tests read the wire message (allocate_raw): what the kubelet would receive,
+# before the kit's model types apply checks of their own.
 def response_paths(response: pb.ContainerAllocateResponse) -> list[str]:
     return [
         *(m.host_path for m in response.mounts),
@@ -115,7 +117,7 @@ def test_paths_built_from_device_ids_never_leave_the_declared_tree(hostile, devi
     refuses the path inside the driver (INTERNAL, no path at all); every path the kubelet
     does receive is absolute, normalised and under the driver's own directories."""
     try:
-        response = hostile.kubelet.allocate(PATHS, [[device_id]])
+        response = hostile.kubelet.allocate_raw(PATHS, [[device_id]])
     except grpc.RpcError as refused:
         assert refused.code() == grpc.StatusCode.INTERNAL
         assert "not a normalised path" in refused.details()
@@ -181,7 +183,7 @@ def check_allocation_paths(hostile, kind: str, host_path: str, container_path: s
     }[kind]
     hostile.echo.answer(answer)
     try:
-        response = hostile.kubelet.allocate(ECHO, [["dev-0"]])
+        response = hostile.kubelet.allocate_raw(ECHO, [["dev-0"]])
     except grpc.RpcError as refused:
         event("refused")
         assert refused.code() == grpc.StatusCode.INTERNAL, refused.details()
@@ -200,7 +202,7 @@ def test_look_alike_mount_or_device_cannot_smuggle_a_path(hostile, field):
     with INTERNAL; the path never reaches the kubelet."""
     hostile.echo.answer({"look_alike": field})
     try:
-        response = hostile.kubelet.allocate(ECHO, [["dev-0"]])
+        response = hostile.kubelet.allocate_raw(ECHO, [["dev-0"]])
     except grpc.RpcError as refused:
         assert refused.code() == grpc.StatusCode.INTERNAL
         return

@@ -58,7 +58,7 @@ def test_list_and_watch_sends_full_list_with_topology(scripted, kubelet):
     devices = kubelet.devices(RES)
     assert sorted(devices) == ["dev-0", "dev-1", "dev-2", "dev-3"]
     assert {d.health for d in devices.values()} == {"Healthy"}
-    assert [n.ID for n in devices["dev-1"].topology.nodes] == [1]
+    assert devices["dev-1"].numa_nodes == (1,)
 
 
 def test_health_flips_both_ways(scripted, kubelet):
@@ -97,9 +97,9 @@ def test_allocate_answers_each_container_in_order(scripted, kubelet):
     """Two container requests get two responses, each for its own devices, in order."""
     scripted()
     response = kubelet.allocate(RES, [["dev-1"], ["dev-2", "dev-3"]])
-    envs = [dict(c.envs) for c in response.container_responses]
+    envs = [dict(c.envs) for c in response]
     assert envs == [{"SCRIPTED_DEVICES": "dev-1"}, {"SCRIPTED_DEVICES": "dev-2,dev-3"}]
-    second = response.container_responses[1]
+    second = response[1]
     assert [d.host_path for d in second.devices] == ["/dev/scripted/dev-2", "/dev/scripted/dev-3"]
     assert second.devices[0].permissions == "rw"
     assert [(m.host_path, m.container_path, m.read_only) for m in second.mounts] == [

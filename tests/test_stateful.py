@@ -111,8 +111,8 @@ def machine(host, kubelet):
                 assert refused.code() == expected, (containers, refused.details())
                 return
             assert expected == grpc.StatusCode.OK, (containers, "granted")
-            assert len(response.container_responses) == len(containers)
-            for ids, answer in zip(containers, response.container_responses, strict=True):
+            assert len(response) == len(containers)
+            for ids, answer in zip(containers, response, strict=True):
                 assert answer.envs["SCRIPTED_DEVICES"] == ",".join(ids)
                 assert all(self.truth.get(i) is True for i in ids), "granted a bad device"
 

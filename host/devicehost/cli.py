@@ -34,11 +34,15 @@ Settings come from flags, then DEVICEHOST_* env vars, then the --config file."""
 EPILOG = """\
 examples:
   devicehost demo                         a simulated node and kubelet, in a few seconds
+  devicehost demo --list-nodes            the published machines a demo can simulate
   devicehost run --root /host             the DaemonSet's command
   devicehost run --simulate               serve simulated hardware to a real kubelet
   devicehost drivers                      which drivers are installed and why any is off
   devicehost devices --json               what the drivers see on this node now
   devicehost config --config host.yaml    check a config file; print the effective config
+  devicehost new-driver acme              write a standalone driver project to start from
+
+After `make setup` the command is .venv/bin/devicehost (or `uv run devicehost`).
 """
 
 # Flags for the settings an operator sets on the command line; the rest are file/env only.
@@ -59,18 +63,59 @@ _FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "otlp_endpoint": ("--otlp-endpoint", {"metavar": "URL"}),
 }
 
+# Which settings each command reads: a flag a command would ignore is not offered to it
+# (``demo`` makes its own plugin directory, so ``demo --plugin-dir`` is an error).
+_SELECTION = ("enabled_drivers", "disabled_drivers")
+_LOGS = ("log_format", "log_level")
+_COMMAND_FLAGS: dict[str, tuple[str, ...]] = {
+    "run": tuple(_FLAGS),
+    "config": tuple(_FLAGS),
+    "drivers": ("root", *_SELECTION, "hook_timeout", "simulate", "simulate_node", *_LOGS),
+    "devices": ("root", *_SELECTION, "hook_timeout", "simulate", "simulate_node", *_LOGS),
+    "demo": (*_SELECTION, "hook_timeout", "simulate_node", "node_name", "otlp_endpoint", *_LOGS),
+}
 
-def _config_flags() -> argparse.ArgumentParser:
+
+def _default_text(attr: str) -> str:
+    value = getattr(HostConfig(), attr)
+    if value is None or value == "" or value == ():
+        return "unset"
+    if isinstance(value, tuple):
+        return ",".join(value)
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _config_flags(attrs: Sequence[str], top_level: bool = False) -> argparse.ArgumentParser:
+    """The configuration flags of one command: those in ``attrs`` shown in its help, the
+    others accepted but hidden, so ``main`` can say "'demo' does not take --plugin-dir"
+    instead of argparse's bare "unrecognized arguments". Defaults are SUPPRESSed so a flag
+    given before the command (``devicehost --simulate drivers``) is not overwritten by the
+    command's own default."""
     parent = argparse.ArgumentParser(add_help=False)
-    group = parent.add_argument_group("configuration (flags > DEVICEHOST_* env > file)")
+    title = "configuration (flags > DEVICEHOST_* env > file)"
+    group = parent.add_argument_group(title)
     group.add_argument(
-        "--config", type=Path, metavar="FILE", help="HostConfig YAML file (env DEVICEHOST_CONFIG)"
+        "--config",
+        type=Path,
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS if top_level else "HostConfig YAML file (env DEVICEHOST_CONFIG)",
     )
     helps = {s.attr: (s.help, s.env) for s in SETTINGS}
-    for attr, (flag, extra) in _FLAGS.items():
+    for attr in _FLAGS:
+        flag, extra = _FLAGS[attr]
         text, env = helps[attr]
+        where = f"env {env}, " if env else ""
+        default = "" if "default" in text else f"default: {_default_text(attr)}"
+        shown = f"{text} ({where}{default})".replace(", )", ")")
         group.add_argument(
-            flag, dest=attr, default=None, help=f"{text} (env {env})" if env else text, **extra
+            flag,
+            dest=attr,
+            default=argparse.SUPPRESS,
+            help=shown if attr in attrs and not top_level else argparse.SUPPRESS,
+            **extra,
         )
     return parent
 
@@ -81,46 +126,70 @@ def build_parser() -> argparse.ArgumentParser:
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_config_flags(tuple(_FLAGS), top_level=True)],
     )
     parser.add_argument("--version", action="version", version=f"devicehost {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    flags = _config_flags()
-    commands.add_parser(
-        "run",
-        parents=[flags],
-        help="serve every driver's resources to the kubelet until SIGTERM (the daemon)",
-    )
-    drivers = commands.add_parser(
-        "drivers",
-        parents=[flags],
-        help="list installed drivers: distribution, version, status, reason, notes",
-    )
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(
+            name, parents=[_config_flags(_COMMAND_FLAGS[name])], help=help, description=help
+        )
+
+    command("run", "serve every driver's resources to the kubelet until SIGTERM (the daemon)")
+    drivers = command("drivers", "list installed drivers: distribution, version, status, reason")
     drivers.add_argument("--json", action="store_true", help="print JSON")
-    devices = commands.add_parser(
-        "devices",
-        parents=[flags],
-        help="enumerate once and print each resource's devices, health and NUMA nodes",
+    devices = command(
+        "devices", "enumerate once and print each resource's devices, health and NUMA nodes"
     )
     devices.add_argument("--json", action="store_true", help="print JSON")
-    commands.add_parser(
-        "config",
-        parents=[flags],
-        help="validate the configuration and print the effective HostConfig",
-    )
-    demo = commands.add_parser(
-        "demo",
-        parents=[flags],
-        help="run a simulated node against a built-in kubelet stand-in and narrate what happens",
+    command("config", "validate the configuration and print the effective HostConfig")
+    demo = command(
+        "demo", "run a simulated node against a built-in kubelet stand-in and narrate it"
     )
     demo.add_argument(
         "--keep-running", action="store_true", help="keep serving after the tour (Ctrl-C to stop)"
     )
+    demo.add_argument(
+        "--list-nodes", action="store_true", help="list the machines --node can simulate, and exit"
+    )
+    new = commands.add_parser(
+        "new-driver",
+        parents=[_config_flags((), top_level=True)],
+        help="write a standalone driver project (package, simulation, tests, README)",
+        description="Write a standalone driver distribution that installs with pip, passes "
+        "its own tests and serves in `devicehost demo` as written.",
+    )
+    new.add_argument("name", help="the driver's entry-point name, e.g. acme (lower case)")
+    new.add_argument(
+        "--dest", type=Path, metavar="DIR", help="where to write it (default: ./devicehost-NAME)"
+    )
+    new.add_argument(
+        "--resource", metavar="DOMAIN/NAME", help="resource name (default: NAME.example.com/device)"
+    )
     return parser
 
 
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[command]
+            return found
+    return parser
+
+
+def _misplaced_flags(args: argparse.Namespace) -> list[str]:
+    """Flags given (before or after the command) that the command does not read."""
+    allowed = set(_COMMAND_FLAGS.get(args.command, ()))
+    given = [attr for attr in _FLAGS if hasattr(args, attr) and attr not in allowed]
+    if hasattr(args, "config") and args.command not in _COMMAND_FLAGS:
+        given.insert(0, "config")
+    return ["--config" if a == "config" else _FLAGS[a][0] for a in given]
+
+
 def _load(args: argparse.Namespace) -> HostConfig:
-    flags = {attr: getattr(args, attr) for attr in _FLAGS}
-    return load_config(args.config, flags=flags)
+    flags = {attr: getattr(args, attr, None) for attr in _FLAGS}
+    return load_config(getattr(args, "config", None), flags=flags)
 
 
 async def _drivers(config: HostConfig, as_json: bool) -> int:
@@ -225,13 +294,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     parser = build_parser()
     args = parser.parse_args(argv)
+    misplaced = _misplaced_flags(args)
+    if misplaced:
+        _subparser(parser, args.command).error(
+            f"'{args.command}' does not take {', '.join(misplaced)}"
+        )
+    try:
+        code = _command(args)
+        sys.stdout.flush()  # here, where a closed pipe can still be handled
+        return code
+    except BrokenPipeError:
+        # `devicehost devices | head`: the reader left; say nothing more, like other tools.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    except KeyboardInterrupt:
+        return 130
+
+
+def _command(args: argparse.Namespace) -> int:
+    if args.command == "new-driver":
+        from devicehost.scaffold import ScaffoldError, write_driver
+
+        try:
+            dest = write_driver(args.name, args.dest, resource=args.resource)
+        except ScaffoldError as exc:
+            print(f"devicehost new-driver: {exc}", file=sys.stderr)
+            return 2
+        print(f"wrote {dest}; next: cd {dest} && pip install -e . && pytest")
+        return 0
+    if args.command == "demo" and args.list_nodes:
+        from devicehost.demo import list_nodes
+
+        list_nodes()
+        return 0
     try:
         config = _load(args)
     except ConfigError as exc:
         print(f"devicehost: config error: {exc}", file=sys.stderr)
         return 2
     # Only the daemon logs at info by default; one-shot commands keep their output clean.
-    quiet = args.command != "run" and args.log_level is None
+    quiet = args.command != "run" and getattr(args, "log_level", None) is None
     setup_logging(config.log_format, "warning" if quiet else config.log_level)
     try:
         if args.command == "config":
@@ -248,21 +351,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             from devicehost.demo import run_demo
 
             return run_demo(config, keep_running=args.keep_running)
-        from devicehost.lifecycle import serve
-
-        # The span exporter and driver threads share the GIL with the request loop; a short
-        # switch interval bounds how long a kubelet request can wait for it (default 5 ms).
-        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
-        # Every file the daemon creates is private from birth: sockets are 0600 before the
-        # chmod that makes sure of it (CDI specs are made readable explicitly).
-        os.umask(0o077)
-        asyncio.run(serve(config))
-        return 0
+        return _run(config)
     except ConfigError as exc:
         print(f"devicehost: config error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
+
+
+def _run(config: HostConfig) -> int:
+    """``devicehost run``: check the plugin directory first, so a wrong path or missing
+    privilege is one clear line instead of a traceback or a retry loop."""
+    from devicehost.kubelet.runner import plugin_dir_problem
+    from devicehost.lifecycle import serve
+
+    problem = plugin_dir_problem(config.plugin_dir)
+    if problem:
+        print(f"devicehost: {problem}", file=sys.stderr)
+        return 1
+    # The span exporter and driver threads share the GIL with the request loop; a short
+    # switch interval bounds how long a kubelet request can wait for it (default 5 ms).
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+    # Every file the daemon creates is private from birth: sockets are 0600 before the
+    # chmod that makes sure of it (CDI specs are made readable explicitly).
+    os.umask(0o077)
+    asyncio.run(serve(config))
+    return 0
 
 
 if __name__ == "__main__":

@@ -10,8 +10,10 @@ driver's ``devicehost_configure``.
 from __future__ import annotations
 
 import dataclasses
+import io
 import math
 import os
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,17 +25,33 @@ API_VERSION = "devicehost/v1"
 KIND = "HostConfig"
 
 
+#: Bounds on every ``...Seconds`` setting: below the floor a loop would spin (a scan every
+#: microsecond burns a core), above the ceiling asyncio's timers overflow.
+MIN_SECONDS = 0.01
+MAX_SECONDS = 86400.0
+#: A HostConfig is a page of YAML; anything bigger is not one (a log, a disk image).
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def _short(value: Any) -> str:
+    """``repr(value)``, cut short: a config error quotes the value, not a 5000-digit number."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _positive_float(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError("expected a positive number of seconds")
     try:
         number = float(value)
     except (TypeError, ValueError, OverflowError):
-        raise ValueError(
-            f"expected a positive number of seconds, got {str(value)[:40]!r}"
-        ) from None
+        raise ValueError(f"expected a positive number of seconds, got {_short(value)}") from None
     if not (number > 0 and math.isfinite(number)):
-        raise ValueError(f"expected a positive number of seconds, got {value!r}")
+        raise ValueError(f"expected a positive number of seconds, got {_short(value)}")
+    if not MIN_SECONDS <= number <= MAX_SECONDS:
+        raise ValueError(
+            f"expected between {MIN_SECONDS:g} and {MAX_SECONDS:g} seconds, got {number:g}"
+        )
     return number
 
 
@@ -43,8 +61,16 @@ def _path(value: Any) -> Path:
     return Path(value)
 
 
+def _absolute_path(value: Any) -> Path:
+    path = _path(value)
+    if not path.is_absolute():
+        # The kubelet dials sockets by absolute path; a relative one depends on the cwd.
+        raise ValueError(f"expected an absolute path, got {str(value)!r}")
+    return path
+
+
 def _optional_path(value: Any) -> Path | None:
-    return None if value in (None, "") else _path(value)
+    return None if value in (None, "") else _absolute_path(value)
 
 
 def _name_list(value: Any) -> tuple[str, ...]:
@@ -88,8 +114,15 @@ def _text(value: Any) -> str:
 
 def _address(value: Any) -> str:
     text = _text(value)
-    if text and text.rpartition(":")[2].isdigit() is False:
-        raise ValueError(f"expected host:port (or empty to disable), got {value!r}")
+    if not text:
+        return text
+    host, colon, port = text.rpartition(":")
+    if not colon or not port.isascii() or not port.isdigit() or len(port) > 5:
+        raise ValueError(f"expected host:port (or empty to disable), got {text[:60]!r}")
+    if not 0 <= int(port) <= 65535:
+        raise ValueError(f"port {port} is out of range 0-65535 in {text[:60]!r}")
+    if host.startswith("[") != host.endswith("]") or any(c.isspace() for c in host):
+        raise ValueError(f"expected host:port (or empty to disable), got {text[:60]!r}")
     return text
 
 
@@ -169,7 +202,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "pluginDir",
         "plugin_dir",
-        _path,
+        _absolute_path,
         "DEVICEHOST_PLUGIN_DIR",
         "the kubelet's device-plugin directory (kubelet.sock and our sockets)",
     ),
@@ -318,14 +351,51 @@ def _flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def _read_config_text(path: Path) -> str:
+    """The file's text, refusing what is not a small regular file *before* reading it: a
+    FIFO would block start-up forever, ``/dev/zero`` would never end."""
+    source = str(path)
+    try:
+        # O_NONBLOCK: opening a FIFO with no writer returns at once instead of hanging.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise ConfigError(source, "", f"cannot read: {exc.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            raise ConfigError(source, "", f"is {kind}; expected a regular YAML file")
+        with os.fdopen(fd, "rb", closefd=False) as stream:
+            data = stream.read(MAX_CONFIG_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            source, "", f"is larger than {MAX_CONFIG_BYTES // 1024} KiB; not a HostConfig"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(source, "", f"is not UTF-8 text (byte {exc.start})") from None
+
+
+_FILE_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
 def _from_file(path: Path) -> dict[str, Any]:
     import yaml  # only when there is a file to read
 
     source = str(path)
+    stream = io.StringIO(_read_config_text(path))
+    stream.name = source  # YAML errors then name the file, not "<unicode string>"
     try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(source, "", f"cannot read: {exc.strerror}") from None
+        doc = yaml.safe_load(stream)
     except yaml.YAMLError as exc:
         raise ConfigError(source, "", f"not valid YAML: {exc}") from None
     except (ValueError, RecursionError) as exc:  # a 5000-digit number, nesting too deep
@@ -387,3 +457,31 @@ def load_config(
     if not values.get("node_name") and env.get("NODE_NAME"):
         values["node_name"] = env["NODE_NAME"]
     return dataclasses.replace(HostConfig(), **values)
+
+
+def with_overrides(
+    config: HostConfig, overrides: Mapping[str, Any], source: str = "overrides"
+) -> HostConfig:
+    """``config`` with ``overrides`` applied, keyed as in the YAML file
+    (docs/configuration.md): ``pluginDir``, ``enabledDrivers``, ``simulateNode``, nested
+    sections as mappings (``registration={"maxBackoffSeconds": 1}``) or dotted keys, and
+    ``drivers={"template": {...}}``. Values are checked exactly as a file's would be.
+
+    HostConfig field names (``plugin_dir``) are accepted too and applied as given, so
+    tests written against the dataclass keep working.
+    """
+    fields = {f.name for f in dataclasses.fields(HostConfig)}
+    yaml_keys: dict[str, Any] = {}
+    raw: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if key in fields and key not in _BY_KEY:
+            raw[key] = value
+        else:
+            yaml_keys[key] = value
+    values: dict[str, Any] = {}
+    for key, value in _flatten(yaml_keys).items():
+        setting = _BY_KEY.get(key)
+        if setting is None:
+            raise ConfigError(source, key, f"unknown key; known keys: {', '.join(_BY_KEY)}")
+        values[setting.attr] = _parse(setting, value, source)
+    return dataclasses.replace(config, **raw, **values)

@@ -20,10 +20,10 @@ import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from devicehost.config import HostConfig
 from devicehost.errors import DriverError
+from devicehost.model import ContainerEdits
 from devicehost.testing.hostthread import HostThread
 from devicehost.testing.kubelet import KubeletStandIn
 from devicehost.testing.otlp import OtlpReceiver, attributes
@@ -37,21 +37,42 @@ METRICS_SHOWN = (
 )
 
 
+#: Published machines a simulation can copy (``--node NAME``). Each driver builds its own
+#: part of the machine (and nothing when it has none of that hardware); the sources of
+#: each layout are named in the drivers' fixtures.
+KNOWN_NODES: dict[str, str] = {
+    "dgx-h100": "NVIDIA DGX H100: 8x H100 SXM5 80GB on NVSwitch over 2 NUMA nodes, 8 "
+    "ConnectX-7 400G InfiniBand compute NICs, 2 dual-port ConnectX-7 storage NICs, an "
+    "Intel E810 management NIC",
+    "atlas-800-9000": "Huawei Atlas 800 training server (model 9000): 8x Ascend 910 in two "
+    "HCCS rings (0-3, 4-7)",
+    "atlas-800t-a2": "Huawei Atlas 800T A2 training server: 8x Ascend 910B, fully meshed",
+    "atlas-800-3000": "Huawei Atlas 800 inference server (model 3000): Atlas 300I Pro/Duo "
+    "cards with Ascend 310P",
+}
+
+
+def list_nodes() -> None:
+    """Print the machines ``--node`` names, one line each."""
+    print("machines `devicehost demo --node NAME` (and `run --simulate --node NAME`) build:")
+    for name, text in KNOWN_NODES.items():
+        print(f"  {name:<16} {text}")
+    print("  (no --node)      each driver's own default node")
+
+
 def _step(title: str) -> None:
     print(f"\n== {title}", flush=True)
 
 
-def _describe(response: Any) -> str:
-    parts = [f"env {k}={v}" for k, v in sorted(response.envs.items())]
-    parts += [
-        f"device {d.host_path}->{d.container_path} ({d.permissions})" for d in response.devices
-    ]
+def _describe(edits: ContainerEdits) -> str:
+    parts = [f"env {k}={v}" for k, v in sorted(edits.envs.items())]
+    parts += [f"device {d.host_path}->{d.container_path} ({d.permissions})" for d in edits.devices]
     parts += [
         f"mount {m.host_path}->{m.container_path}{' ro' if m.read_only else ''}"
-        for m in response.mounts
+        for m in edits.mounts
     ]
-    parts += [f"cdi {c.name}" for c in response.cdi_devices]
-    parts += [f"annotation {k}={v}" for k, v in sorted(response.annotations.items())]
+    parts += [f"cdi {name}" for name in edits.cdi_devices]
+    parts += [f"annotation {k}={v}" for k, v in sorted(edits.annotations.items())]
     return "\n      ".join(parts) or "(nothing)"
 
 
@@ -103,13 +124,13 @@ class Tour:
             # The kubelet records the assignment; PodResources then reports it.
             self.pods.assign("demo", f"pod-{number}", "main", name, chosen)
             started = time.perf_counter()
-            response = self.kubelet.allocate(name, [chosen])
+            (container,) = self.kubelet.allocate(name, [chosen])
             if self.kubelet.options(name).pre_start_required:
                 self.kubelet.pre_start(name, chosen)
             ms = (time.perf_counter() - started) * 1000
             print(
                 f"  {name} <- {chosen[0]} for demo/pod-{number} in {ms:.1f} ms:\n      "
-                f"{_describe(response.container_responses[0])}"
+                f"{_describe(container)}"
             )
 
     def health_flip(self) -> None:
@@ -196,7 +217,8 @@ def _receiver(config: HostConfig) -> Iterator[OtlpReceiver | None]:
 def run_demo(config: HostConfig, keep_running: bool = False) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="dh-demo-"))
     plugin_dir = workdir / "plugins"
-    root = workdir / "root" if config.root == Path("/") else config.root
+    # Drivers simulate in trees of their own; ``root`` only has to be somewhere harmless.
+    root = workdir / "root"
     with (
         _receiver(config) as receiver,
         PodResourcesStandIn(workdir / "pod-resources" / "kubelet.sock") as pods,
@@ -213,7 +235,13 @@ def run_demo(config: HostConfig, keep_running: bool = False) -> int:
             node_name=config.node_name or "demo-node",
             otlp_endpoint=receiver.endpoint if receiver else config.otlp_endpoint,
         )
-        print(f"devicehost demo: simulated node under {root}, kubelet stand-in in {plugin_dir}")
+        node = config.simulate_node
+        if node and node not in KNOWN_NODES:
+            print(f"devicehost demo: {node!r} is not a machine this host knows (see --list-nodes)")
+        print(
+            f"devicehost demo: simulated node {node or '(each driver default)'}, kubelet "
+            f"stand-in in {plugin_dir}"
+        )
         kubelet = KubeletStandIn(plugin_dir, start=True)
         host = HostThread(config)
         try:

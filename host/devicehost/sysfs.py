@@ -1,12 +1,16 @@
-"""Small readers for sysfs attributes under a ``root``, shared by drivers.
+"""Small sysfs readers for drivers: part of devicehost's public API (``__all__``).
 
-Every function takes the host's ``/`` as ``root`` so it works on a fake tree. Missing or
-unreadable attributes give ``None``: hardware vanishes, and a reader must not crash.
+``read_attr`` and ``read_int`` take the full path of one attribute (already joined to the
+driver's ``root``); ``pci_numa_node`` and ``pci_path`` take the host's ``/`` as ``root``
+and a PCI address in either spelling, so they work on a fake tree. Missing or unreadable
+attributes give ``None``: hardware vanishes, and a reader must not crash.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+__all__ = ["normalise_pci_address", "pci_numa_node", "pci_path", "read_attr", "read_int"]
 
 
 def read_attr(path: Path) -> str | None:

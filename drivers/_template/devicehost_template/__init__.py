@@ -1,1 +1,1 @@
-"""A minimal devicehost driver: copy this package to start your own."""
+"""A devicehost driver for widgets, made from devicehost's driver template."""

@@ -1,8 +1,13 @@
 """Widgets: one device per ``/dev/widgetN``, health from ``/sys/class/widget/widgetN/health``.
 
-The smallest complete driver, written to be copied. Every hardware path is read under
-``root`` (the host's ``/``), so the same code runs on a real node, on the fake tree the
-tests build, and in ``devicehost demo`` (``simulate`` builds the tree).
+The smallest complete driver, written to be copied (``devicehost new-driver NAME`` writes
+a renamed copy). Every hardware path is read under ``root`` (the host's ``/``), so the same
+code runs on a real node, on the fake tree the tests build, and in ``devicehost demo``
+(where ``simulate`` builds the tree).
+
+What a container needs is declared with each device (its device node, its name in
+``WIDGET_VISIBLE_DEVICES``); the host composes every Allocate answer from those, so this
+driver has no ``allocate`` hook.
 """
 
 from __future__ import annotations
@@ -13,25 +18,36 @@ from pathlib import Path
 from typing import Any
 
 from devicehost import (
-    Allocation,
+    ContainerEdits,
     Device,
     DeviceNode,
     Health,
+    HostPath,
     ResourceSpec,
-    UnknownDevice,
     hookimpl,
 )
 
+#: The entry-point name in pyproject.toml: how operators and tests name this driver.
+NAME = "template"
 RESOURCE = "example.com/widget"
+VISIBLE = "WIDGET_VISIBLE_DEVICES"
 WATCH_PERIOD_SECONDS = 0.1
+DEFAULT_COUNT = 4
 
 
 class _Settings:
     root = Path("/")
-    count = 4
 
 
 settings = _Settings()
+
+
+def simulated_count(config: Mapping[str, Any]) -> int:
+    """``simulatedCount`` from this driver's config section (``drivers.<NAME>``)."""
+    count = config.get("simulatedCount", DEFAULT_COUNT)
+    if type(count) is not int or not 0 <= count <= 64:
+        raise ValueError(f"simulatedCount: expected an integer from 0 to 64, got {count!r}")
+    return count
 
 
 def _health_file(root: Path, name: str) -> Path:
@@ -53,10 +69,28 @@ def _read_health(root: Path, name: str) -> Health:
     return Health.HEALTHY if ok else Health.UNHEALTHY
 
 
+def _numa_nodes(root: Path, name: str) -> tuple[int, ...]:
+    try:
+        node = int((_health_file(root, name).parent / "numa_node").read_text())
+    except (OSError, ValueError):
+        return ()
+    return (node,) if node >= 0 else ()
+
+
 @hookimpl
-def devicehost_simulate(root: Path) -> None:
-    """Build a node with ``count`` widgets, all healthy, on NUMA nodes 0 and 1."""
-    for index in range(settings.count):
+def devicehost_simulate(root: Path, config: Mapping[str, Any], node: str) -> None:
+    """Build ``simulatedCount`` widgets, all healthy, on NUMA nodes 0 and 1.
+
+    Widgets are on none of the published machines ``--node`` names, so a named node
+    gets none (the driver then serves nothing there, as on a real node without them).
+    """
+    if node:
+        return
+    try:
+        count = simulated_count(config)
+    except ValueError:
+        count = DEFAULT_COUNT  # configure, called next, reports the bad value as config
+    for index in range(count):
         (root / "dev").mkdir(parents=True, exist_ok=True)
         (root / "dev" / f"widget{index}").touch()
         health = _health_file(root, f"widget{index}")
@@ -67,25 +101,35 @@ def devicehost_simulate(root: Path) -> None:
 
 @hookimpl
 def devicehost_configure(config: Mapping[str, Any], root: Path) -> None:
-    count = config.get("simulatedCount", 4)
-    if not isinstance(count, int) or count < 0:
-        raise ValueError(f"simulatedCount: expected a non-negative integer, got {count!r}")
-    settings.root, settings.count = root, count
+    unknown = sorted(set(config) - {"simulatedCount"})
+    if unknown:
+        raise ValueError(f"{unknown[0]}: unknown key; known keys: simulatedCount")
+    simulated_count(config)
+    settings.root = root
 
 
 @hookimpl
 def devicehost_resources() -> Sequence[ResourceSpec]:
-    return [ResourceSpec(name=RESOURCE)] if _names(settings.root) else []
+    if not _names(settings.root):
+        return []  # no widgets on this node: normal on a mixed fleet
+    # Each device contributes its name to VISIBLE; the host joins them with commas.
+    return [ResourceSpec(name=RESOURCE, joined_envs=(VISIBLE,))]
 
 
 @hookimpl
 def devicehost_enumerate(resource: str) -> Sequence[Device]:
-    devices = []
-    for name in _names(settings.root):
-        numa = _health_file(settings.root, name).parent / "numa_node"
-        nodes = (int(numa.read_text()),) if numa.exists() else ()
-        devices.append(Device(id=name, health=_read_health(settings.root, name), numa_nodes=nodes))
-    return devices
+    root = settings.root
+    return [
+        Device(
+            id=name,
+            health=_read_health(root, name),
+            numa_nodes=_numa_nodes(root, name),
+            edits=ContainerEdits(
+                envs={VISIBLE: name}, devices=(DeviceNode(host_path=f"/dev/{name}"),)
+            ),
+        )
+        for name in _names(root)
+    ]
 
 
 @hookimpl
@@ -100,15 +144,17 @@ def devicehost_watch(resource: str, notify: Callable[[], None], stop: threading.
 
 
 @hookimpl
-def devicehost_allocate(resource: str, device_ids: Sequence[str]) -> Allocation:
-    known = set(_names(settings.root))
-    for device_id in device_ids:
-        if device_id not in known:
-            raise UnknownDevice(resource, device_id)
-    return Allocation(
-        envs={"WIDGET_VISIBLE_DEVICES": ",".join(device_ids)},
-        devices=tuple(DeviceNode(host_path=f"/dev/{d}") for d in device_ids),
-    )
+def devicehost_labels() -> Mapping[str, str]:
+    count = len(_names(settings.root))
+    return {"present": "true", "count": str(count)} if count else {}
+
+
+@hookimpl
+def devicehost_host_paths() -> Sequence[HostPath]:
+    return [
+        HostPath(path="/dev", purpose="the widgetN device nodes"),
+        HostPath(path="/sys/class/widget", purpose="each widget's health and NUMA node"),
+    ]
 
 
 @hookimpl

@@ -1,29 +1,60 @@
-"""The template driver passes the conformance battery and serves through a real host."""
+"""The driver passes the conformance battery and serves through a real host.
 
-from devicehost.testing import FakeRoot, check_driver
+The kit's fixtures (``fake_root``, ``kubelet``, ``run_host``) come with devicehost
+(its pytest plugin); ``run_host`` takes HostConfig keys as in the YAML file.
+"""
+
+from __future__ import annotations
+
+import pytest
+from devicehost_template.driver import NAME, RESOURCE, VISIBLE
+
+from devicehost import Health
+from devicehost.testing import ConformanceError, FakeRoot, check_driver
 
 
 def test_conformance_on_simulated_node(fake_root: FakeRoot) -> None:
     """Four simulated widgets enumerate, all healthy, and each allocates alone."""
-    report = check_driver("template", fake_root, simulated=True)
-    assert report.devices == {"example.com/widget": 4}
-    assert report.healthy == {"example.com/widget": 4}
+    report = check_driver(NAME, fake_root, simulated=True)
+    assert report.devices == {RESOURCE: 4}
+    assert report.healthy == {RESOURCE: 4}
 
 
-def test_no_widgets_means_no_resource(fake_root: FakeRoot, kubelet, run_host) -> None:
+def test_simulated_count_shapes_the_simulated_node(fake_root: FakeRoot) -> None:
+    """The simulation follows the driver's config section: simulatedCount widgets."""
+    report = check_driver(NAME, fake_root, config={"simulatedCount": 2}, simulated=True)
+    assert report.devices == {RESOURCE: 2}
+
+
+def test_bad_config_is_refused_naming_the_key(fake_root: FakeRoot) -> None:
+    """A bad simulatedCount is refused with the key named."""
+    with pytest.raises(ConformanceError, match="simulatedCount: expected an integer"):
+        check_driver(NAME, fake_root, config={"simulatedCount": "many"}, simulated=True)
+
+
+def test_no_widgets_means_no_resource(kubelet, run_host) -> None:
     """On a node without /dev/widget*, the driver serves nothing and nothing registers."""
-    host = run_host(enabled_drivers=("template",))
+    host = run_host(enabledDrivers=[NAME])
     assert host.host.resources == {}
     assert kubelet.registrations == []
 
 
-def test_fault_reaches_kubelet_and_recovers(fake_root: FakeRoot, kubelet, run_host) -> None:
+def test_allocation_gives_device_nodes_and_joined_env(kubelet, run_host) -> None:
+    """Two widgets in one container: both device nodes, and their names joined in order."""
+    run_host(enabledDrivers=[NAME], simulate=True)
+    kubelet.wait_devices(RESOURCE, lambda d: len(d) == 4)
+    (container,) = kubelet.allocate(RESOURCE, [["widget3", "widget1"]])
+    assert container.envs[VISIBLE] == "widget3,widget1"
+    assert [d.host_path for d in container.devices] == ["/dev/widget3", "/dev/widget1"]
+
+
+def test_fault_reaches_kubelet_and_recovers(kubelet, run_host) -> None:
     """A widget's health file flipping is streamed both ways through ListAndWatch."""
-    host = run_host(enabled_drivers=("template",), simulate=True)
-    widgets = host.simulated_root("template")
-    kubelet.wait_registered("example.com/widget")
-    kubelet.wait_devices("example.com/widget", lambda d: len(d) == 4)
+    host = run_host(enabledDrivers=[NAME], simulate=True)
+    widgets = host.simulated_root(NAME)
+    devices = kubelet.wait_devices(RESOURCE, lambda d: len(d) == 4)
+    assert devices["widget3"].numa_nodes == (1,)
     widgets.write("/sys/class/widget/widget2/health", "fault")
-    kubelet.wait_health("example.com/widget", "widget2", "Unhealthy")
+    kubelet.wait_health(RESOURCE, "widget2", Health.UNHEALTHY)
     widgets.write("/sys/class/widget/widget2/health", "ok")
-    kubelet.wait_health("example.com/widget", "widget2", "Healthy")
+    kubelet.wait_health(RESOURCE, "widget2", Health.HEALTHY)

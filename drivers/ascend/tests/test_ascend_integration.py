@@ -32,7 +32,7 @@ def test_allocate_answers_ascend_visible_devices(
     """The kubelet's Allocate gets ASCEND_VISIBLE_DEVICES with physical IDs, nothing else."""
     start(run_host, kubelet)
     response = kubelet.allocate(NPU, [["Ascend910-5", "Ascend910-4"], ["Ascend910-0"]])
-    first, second = response.container_responses
+    first, second = response
     assert dict(first.envs) == {"ASCEND_VISIBLE_DEVICES": "4,5"}
     assert dict(second.envs) == {"ASCEND_VISIBLE_DEVICES": "0"}
     assert (list(first.devices), list(first.mounts), list(first.cdi_devices)) == ([], [], [])
@@ -78,7 +78,7 @@ def test_plain_runtime_answer_carries_nodes_and_mounts(
 ) -> None:
     """useAscendRuntime false: the AllocateResponse has the nodes and read-only mounts."""
     start(run_host, kubelet, useAscendRuntime=False)
-    response = kubelet.allocate(NPU, [["Ascend910-2"]]).container_responses[0]
+    response = kubelet.allocate(NPU, [["Ascend910-2"]])[0]
     assert dict(response.envs) == {}
     assert [(d.host_path, d.container_path, d.permissions) for d in response.devices] == [
         ("/dev/davinci2", "/dev/davinci2", "rw"),
@@ -100,7 +100,7 @@ def test_vnpus_register_as_their_own_resource(
     start(run_host, kubelet, "huawei.com/Ascend910-4c", 4, simulatedNode="ascend910x8-vnpu")
     kubelet.wait_registered(NPU)
     response = kubelet.allocate("huawei.com/Ascend910-4c", [["Ascend910-4c-215-7"]])
-    assert dict(response.container_responses[0].envs) == {
+    assert dict(response[0].envs) == {
         "ASCEND_VISIBLE_DEVICES": "215",
         "ASCEND_RUNTIME_OPTIONS": "VIRTUAL",
     }

@@ -115,7 +115,7 @@ def test_allocation_through_the_kubelet(real_gpus: int, tmp_path: Path, kubelet,
     devices = kubelet.wait_devices(GPU, lambda d: len(d) == real_gpus)
     healthy = [i for i, d in devices.items() if d.health == "Healthy"]
     assert healthy, "no GPU is Healthy"
-    response = kubelet.allocate(GPU, [[healthy[0]]]).container_responses[0]
+    response = kubelet.allocate(GPU, [[healthy[0]]])[0]
     assert response.envs["NVIDIA_VISIBLE_DEVICES"] == healthy[0]
     assert [c.name for c in response.cdi_devices] == [f"nvidia.com/gpu={healthy[0]}"]
     paths = [d.host_path for d in response.devices]

@@ -50,7 +50,7 @@ def test_link_down_and_up_streams_refuses_and_allocates(
 
     set_link(tree, "mlx5_3", up=True)
     kubelet.wait_health(HCA, "mlx5_3", "Healthy")
-    response = kubelet.allocate(HCA, [["mlx5_3"]]).container_responses[0]
+    response = kubelet.allocate(HCA, [["mlx5_3"]])[0]
     assert [(d.host_path, d.container_path, d.permissions) for d in response.devices] == [
         ("/dev/infiniband/uverbs3", "/dev/infiniband/uverbs3", "rw"),
         ("/dev/infiniband/umad3", "/dev/infiniband/umad3", "rw"),
@@ -74,12 +74,12 @@ def test_shared_slots_go_unhealthy_only_with_the_whole_pool(
     kubelet.wait_health(SHARED, "slot-1", "Unhealthy")
     set_link(fake_root.path, "mlx5_1", up=True)
     kubelet.wait_health(SHARED, "slot-1", "Healthy")
-    response = kubelet.allocate(SHARED, [["slot-1"]]).container_responses[0]
+    response = kubelet.allocate(SHARED, [["slot-1"]])[0]
     assert dict(response.envs) == {"RDMA_DEVICES": "mlx5_1"}
     set_link(fake_root.path, "mlx5_0", up=True)
     kubelet.wait_devices(SHARED, lambda d: True)
     response = kubelet.allocate(SHARED, [["slot-0"], ["slot-1"]])
-    assert [dict(r.envs) for r in response.container_responses] == [
+    assert [dict(r.envs) for r in response] == [
         {"RDMA_DEVICES": "mlx5_0,mlx5_1"},
         {"RDMA_DEVICES": "mlx5_0,mlx5_1"},
     ]

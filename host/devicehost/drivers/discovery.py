@@ -83,6 +83,21 @@ def new_plugin_manager() -> pluggy.PluginManager:
     return pm
 
 
+def _check_selection(allow: Sequence[str] | None, deny: Sequence[str], installed: set[str]) -> None:
+    """A misspelt name in the enabled list would silently disable every driver: refuse it,
+    naming what is installed. A misspelt disabled name only fails to disable: warn."""
+    known = ", ".join(sorted(installed)) or "none"
+    unknown = sorted(set(allow or ()) - installed)
+    if unknown:
+        raise ConfigError(
+            "config",
+            "enabledDrivers",
+            f"no installed driver is named {', '.join(map(repr, unknown))}; installed: {known}",
+        )
+    for name in sorted(set(deny) - installed):
+        log.warning("disabledDrivers: no installed driver is named %r (installed: %s)", name, known)
+
+
 def load_plugins(
     allow: Sequence[str] | None = None,
     deny: Sequence[str] = (),
@@ -123,16 +138,7 @@ def load_plugins(
         else:
             plugins.drivers.append(info)
         plugins.infos.append(info)
-    if allow is not None:
-        unknown = [name for name in allow if name not in owners]
-        if unknown:
-            installed = ", ".join(sorted(owners)) or "none"
-            raise ConfigError(
-                "config",
-                "enabledDrivers",
-                f"no installed driver is named {', '.join(map(repr, unknown))} "
-                f"(installed: {installed})",
-            )
+    _check_selection(allow, deny, set(owners))
     _load_policies(plugins, select_entry_points)
     return plugins
 

@@ -50,7 +50,30 @@ class _Wait:
         return self.after_rejection if rejected(exc) else self.fast(state)
 
 
+#: kubelet.sock paths already reported missing: one line per process, not per resource
+#: and attempt; forgotten once a registration there succeeds.
+_MISSING_KUBELET_REPORTED: set[Path] = set()
+
+
+def _report_missing_kubelet(kubelet_socket: Path) -> bool:
+    """Log once that ``kubelet_socket`` does not exist and what that usually means; return
+    True when it is missing (reported now or before)."""
+    if kubelet_socket.exists():
+        return False
+    if kubelet_socket not in _MISSING_KUBELET_REPORTED:
+        _MISSING_KUBELET_REPORTED.add(kubelet_socket)
+        log.warning(
+            "%s does not exist: the kubelet is not running (yet), or --plugin-dir is not "
+            "the kubelet's device-plugin directory (usually /var/lib/kubelet/device-plugins); "
+            "every resource registers as soon as it appears",
+            kubelet_socket,
+        )
+    return True
+
+
 def _log_retry(kubelet_socket: Path, resource: str) -> Callable[[RetryCallState], None]:
+    last: list[str] = []  # the cause last logged at WARNING for this resource
+
     def before_sleep(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
         detail = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else exc
@@ -62,15 +85,22 @@ def _log_retry(kubelet_socket: Path, resource: str) -> Callable[[RetryCallState]
                 detail,
                 state.upcoming_sleep,
             )
-        else:
-            log.warning(
-                "kubelet at %s not reachable for resource %r (attempt %d): %s; retrying in %.2f s",
-                kubelet_socket,
-                resource,
-                state.attempt_number,
-                detail,
-                state.upcoming_sleep,
-            )
+            return
+        # The same cause again is not news: one WARNING, then DEBUG until it changes.
+        cause = "missing" if _report_missing_kubelet(kubelet_socket) else str(detail)
+        level = logging.DEBUG if cause in last else logging.WARNING
+        if cause == "missing":
+            level = logging.DEBUG
+        last[:] = [cause]
+        log.log(
+            level,
+            "kubelet at %s not reachable for resource %r (attempt %d): %s; retrying in %.2f s",
+            kubelet_socket,
+            resource,
+            state.attempt_number,
+            detail,
+            state.upcoming_sleep,
+        )
 
     return before_sleep
 
@@ -135,6 +165,7 @@ async def register(
                 span.set_attribute("rpc.grpc.status_code", grpc.StatusCode.OK.value[0])
             if on_attempt:
                 on_attempt(resource, "ok")
+    _MISSING_KUBELET_REPORTED.discard(kubelet_socket)
     log.info(
         "registered resource %r with the kubelet as %s (attempt %d)", resource, endpoint, attempts
     )

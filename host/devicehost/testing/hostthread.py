@@ -7,13 +7,12 @@ calling thread drives a kubelet stand-in and checks what arrives.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import threading
 from collections.abc import Awaitable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from devicehost.config import HostConfig
+from devicehost.config import HostConfig, with_overrides
 from devicehost.lifecycle import Host
 from devicehost.testing.fakeroot import FakeRoot
 
@@ -21,10 +20,15 @@ T = TypeVar("T")
 
 
 class HostThread:
-    """``start()`` returns once the host has started (or raises what start-up raised)."""
+    """``start()`` returns once the host has started (or raises what start-up raised).
+
+    ``overrides`` are HostConfig keys as in the YAML file (``enabledDrivers=["x"]``,
+    ``drivers={"x": {...}}``, ``registration={"maxBackoffSeconds": 1}``); see
+    ``devicehost.config.with_overrides``.
+    """
 
     def __init__(self, config: HostConfig, **overrides: Any) -> None:
-        self.config = dataclasses.replace(config, **overrides) if overrides else config
+        self.config = with_overrides(config, overrides, "HostThread") if overrides else config
         self.host = Host(self.config)
         self._loop = asyncio.new_event_loop()
         self._stop: asyncio.Event | None = None
@@ -50,6 +54,7 @@ class HostThread:
             await self.host.stop()
 
     def start(self, timeout: float = 30.0) -> HostThread:
+        """Start the host; return once it serves (raises what start-up raised)."""
         self._thread.start()
         self._started.result(timeout)
         return self
@@ -79,6 +84,7 @@ class HostThread:
         return FakeRoot(root)
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Stop the host (streams end, sockets go, drivers shut down); idempotent."""
         if self._thread.is_alive() and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(timeout)

@@ -10,8 +10,15 @@ It runs its own event loop in a background thread, so plain synchronous tests us
 
     with KubeletStandIn(plugin_dir) as kubelet:
         kubelet.wait_registered("example.com/widget")
-        kubelet.wait_devices("example.com/widget", lambda devices: len(devices) == 4)
-        response = kubelet.allocate("example.com/widget", [["widget-0"]])
+        devices = kubelet.wait_devices("example.com/widget", lambda d: len(d) == 4)
+        (container,) = kubelet.allocate("example.com/widget", [["widget-0"]])
+        assert container.envs["WIDGET_VISIBLE_DEVICES"] == "widget0"
+
+What it returns is devicehost's own model, never protobuf: device lists are
+``{id: devicehost.Device}`` (ID, health, NUMA nodes as the kubelet received them), an
+Allocate answer is one ``devicehost.ContainerEdits`` per container, a preferred allocation
+is a list of IDs, and a registration is a ``Registration``. The wire messages are
+available where a protocol test needs them (``allocate_raw``, ``registrations_raw``).
 """
 
 from __future__ import annotations
@@ -30,14 +37,92 @@ import grpc
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from devicehost.model import resource_name_problem
+from devicehost.model import (
+    ContainerEdits,
+    Device,
+    DeviceNode,
+    Health,
+    Mount,
+    resource_name_problem,
+)
 
 if TYPE_CHECKING:
     from devicehost._proto.deviceplugin.v1beta1.api_pb2_grpc import DevicePluginAsyncStub
 
 T = TypeVar("T")
-DeviceList = dict[str, pb.Device]
+#: A device list as the kubelet received it in one ListAndWatch message, by device ID.
+DeviceList = dict[str, Device]
 SUPPORTED_VERSIONS = ("v1beta1",)
+
+
+@dataclass(frozen=True)
+class PluginOptions:
+    """The options a plugin declared (``GetDevicePluginOptions`` or its registration)."""
+
+    pre_start_required: bool = False
+    get_preferred_allocation_available: bool = False
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One ``RegisterRequest`` as the kubelet received it."""
+
+    version: str
+    endpoint: str
+    resource_name: str
+    options: PluginOptions
+
+
+class Allocated(tuple[ContainerEdits, ...]):
+    """An Allocate answer: one ``ContainerEdits`` per container request, in order.
+
+    ``container_responses`` is the same tuple, for tests written when the kit returned the
+    wire message (``response.container_responses[0].envs`` still reads the same).
+    """
+
+    __slots__ = ()
+
+    @property
+    def container_responses(self) -> tuple[ContainerEdits, ...]:
+        return self
+
+
+def _device(wire: pb.Device) -> Device:
+    health: Any = wire.health
+    if health in Health._value2member_map_:
+        health = Health(health)
+    return Device(id=wire.ID, health=health, numa_nodes=tuple(n.ID for n in wire.topology.nodes))
+
+
+def _options(wire: pb.DevicePluginOptions) -> PluginOptions:
+    return PluginOptions(
+        pre_start_required=wire.pre_start_required,
+        get_preferred_allocation_available=wire.get_preferred_allocation_available,
+    )
+
+
+def _registration(wire: pb.RegisterRequest) -> Registration:
+    return Registration(wire.version, wire.endpoint, wire.resource_name, _options(wire.options))
+
+
+def container_edits(wire: pb.ContainerAllocateResponse) -> ContainerEdits:
+    """A container's Allocate answer as devicehost's model (raises ``ValueError`` naming
+    the field when the host sent something the model refuses, such as a relative path)."""
+    return ContainerEdits(
+        envs=dict(wire.envs),
+        mounts=tuple(
+            Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+            for m in wire.mounts
+        ),
+        devices=tuple(
+            DeviceNode(
+                host_path=d.host_path, container_path=d.container_path, permissions=d.permissions
+            )
+            for d in wire.devices
+        ),
+        annotations=dict(wire.annotations),
+        cdi_devices=tuple(c.name for c in wire.cdi_devices),
+    )
 
 
 @dataclass
@@ -66,8 +151,9 @@ class KubeletStandIn:
         self.socket_path = self.plugin_dir / "kubelet.sock"
         #: resource name → reason: Register answers with an error, as a kubelet would.
         self.reject: dict[str, str] = dict(reject or {})
-        #: Every RegisterRequest received, accepted or not, in order.
-        self.registrations: list[pb.RegisterRequest] = []
+        #: Every RegisterRequest received, accepted or not, in order (wire messages; the
+        #: ``registrations`` property gives them as ``Registration``).
+        self.registrations_raw: list[pb.RegisterRequest] = []
         self.endpoints: dict[str, PluginEndpoint] = {}
         #: resource name → registrations accepted (the endpoint is dialled by then).
         self.accepted: dict[str, int] = {}
@@ -204,8 +290,9 @@ class KubeletStandIn:
     async def _list_and_watch(self, endpoint: PluginEndpoint) -> None:
         try:
             async for response in endpoint.stub.ListAndWatch(pb.Empty()):
+                listed = {d.ID: _device(d) for d in response.devices}
                 with self._cond:
-                    endpoint.lists.append({d.ID: d for d in response.devices})
+                    endpoint.lists.append(listed)
                     self._cond.notify_all()
         except grpc.aio.AioRpcError as exc:
             endpoint.stream_error = f"{exc.code().name}: {exc.details()}"
@@ -240,21 +327,26 @@ class KubeletStandIn:
     # -- what tests ask -----------------------------------------------------------------------
 
     def registered(self) -> list[str]:
+        """The resource names registered now, sorted."""
         return sorted(self.endpoints)
+
+    @property
+    def registrations(self) -> list[Registration]:
+        """Every registration request received, accepted or not, in order."""
+        with self._cond:
+            return [_registration(r) for r in self.registrations_raw]
 
     def registration_count(self, resource: str) -> int:
         """How many times ``resource`` has been registered, accepted and dialled."""
         with self._cond:
             return self.accepted.get(resource, 0)
 
-    def wait_registered(
-        self, resource: str, timeout: float = 10.0, count: int = 1
-    ) -> pb.RegisterRequest:
+    def wait_registered(self, resource: str, timeout: float = 10.0, count: int = 1) -> Registration:
         """Block until ``resource`` has been accepted ``count`` times; return the last request."""
 
-        def done() -> pb.RegisterRequest | None:
+        def done() -> Registration | None:
             if self.registration_count(resource) >= count and resource in self.endpoints:
-                return self.endpoints[resource].request
+                return _registration(self.endpoints[resource].request)
             return None
 
         return self.wait_until(done, timeout, f"registration #{count} of {resource!r}")
@@ -262,7 +354,9 @@ class KubeletStandIn:
     def wait_attempts(self, resource: str, count: int, timeout: float = 10.0) -> None:
         """Block until ``count`` RegisterRequests for ``resource`` arrived (accepted or not)."""
         self.wait_until(
-            lambda: sum(r.resource_name == resource for r in self.registrations) >= count or None,
+            lambda: (
+                sum(r.resource_name == resource for r in self.registrations_raw) >= count or None
+            ),
             timeout,
             f"{count} registration attempts of {resource!r}",
         )
@@ -274,7 +368,8 @@ class KubeletStandIn:
             return dict(endpoint.lists[-1]) if endpoint and endpoint.lists else {}
 
     def health(self, resource: str) -> dict[str, str]:
-        return {i: d.health for i, d in self.devices(resource).items()}
+        """``{device ID: "Healthy" | "Unhealthy"}`` from the latest list."""
+        return {i: str(d.health) for i, d in self.devices(resource).items()}
 
     def lists(self, resource: str) -> list[DeviceList]:
         """Every list received on the current stream of ``resource``."""
@@ -300,18 +395,28 @@ class KubeletStandIn:
     def wait_health(
         self, resource: str, device_id: str, health: str, timeout: float = 10.0
     ) -> DeviceList:
+        """Block until ``device_id`` is listed with ``health``; return that whole list."""
         return self.wait_devices(
             resource, lambda d: device_id in d and d[device_id].health == health, timeout
         )
 
-    def options(self, resource: str) -> pb.DevicePluginOptions:
-        options: pb.DevicePluginOptions = self._call(resource, "GetDevicePluginOptions", pb.Empty())
-        return options
+    def options(self, resource: str) -> PluginOptions:
+        """Call GetDevicePluginOptions."""
+        options = self._call(resource, "GetDevicePluginOptions", pb.Empty())
+        return _options(options)
 
     def allocate(
         self, resource: str, containers: Sequence[Sequence[str]], timeout: float | None = 30.0
+    ) -> Allocated:
+        """Call Allocate with one container request per list of IDs; return one
+        ``ContainerEdits`` per container, in order. A refusal raises ``grpc.RpcError``."""
+        response = self.allocate_raw(resource, containers, timeout)
+        return Allocated(container_edits(c) for c in response.container_responses)
+
+    def allocate_raw(
+        self, resource: str, containers: Sequence[Sequence[str]], timeout: float | None = 30.0
     ) -> pb.AllocateResponse:
-        """Call Allocate with one ContainerAllocateRequest per list of IDs."""
+        """``allocate`` returning the wire message, for tests of the protocol itself."""
         request = pb.AllocateRequest(
             container_requests=[
                 pb.ContainerAllocateRequest(devices_ids=list(ids)) for ids in containers
@@ -327,6 +432,8 @@ class KubeletStandIn:
         must_include: Sequence[str] = (),
         size: int = 1,
     ) -> list[str]:
+        """Call GetPreferredAllocation for one container; return the chosen IDs in the
+        plugin's order. An error raises ``grpc.RpcError`` (and would fail a pod)."""
         request = pb.PreferredAllocationRequest(
             container_requests=[
                 pb.ContainerPreferredAllocationRequest(
@@ -340,6 +447,7 @@ class KubeletStandIn:
         return list(response.container_responses[0].deviceIDs)
 
     def pre_start(self, resource: str, device_ids: Sequence[str]) -> None:
+        """Call PreStartContainer; an error raises ``grpc.RpcError``."""
         self._call(
             resource, "PreStartContainer", pb.PreStartContainerRequest(devices_ids=list(device_ids))
         )
@@ -356,7 +464,7 @@ class _Registration(pb_grpc.RegistrationServicer):
     ) -> pb.Empty:
         kubelet = self.kubelet
         with kubelet._cond:
-            kubelet.registrations.append(request)
+            kubelet.registrations_raw.append(request)
             kubelet._cond.notify_all()
         problem = None
         if request.version not in SUPPORTED_VERSIONS:

@@ -7,7 +7,10 @@ point once devicehost is installed).
 - ``kubelet``: a started ``KubeletStandIn`` on ``plugin_dir``.
 - ``host_config``: a ``HostConfig`` pointing at ``plugin_dir`` and ``fake_root``, with
   metrics and pod resources off.
-- ``run_host``: ``run_host(**overrides)`` starts a host in a thread; stopped after the test.
+- ``run_host``: ``run_host(**overrides) -> HostThread`` starts a host in a thread on
+  ``host_config`` with ``overrides`` keyed as in the YAML file (docs/configuration.md):
+  ``run_host(enabledDrivers=["mine"], simulate=True, drivers={"mine": {"count": 2}})``.
+  It is stopped after the test.
 """
 
 from __future__ import annotations
