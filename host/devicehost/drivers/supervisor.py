@@ -145,8 +145,7 @@ class DriverHandle:
             self.hooks = process.hooks
             await bring_up(self, process, first)
         except DriverUnavailable as exc:
-            self._mark(DriverStatus.UNAVAILABLE, str(exc))
-            log.info("driver %r is unavailable on this node: %s", self.name, exc)
+            self._mark(DriverStatus.UNAVAILABLE, str(exc))  # the start-up summary logs it
             await process.stop(STOP_GRACE_SECONDS)
             raise DriverFinal() from None
         except DriverFinal:
