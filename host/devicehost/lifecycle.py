@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devicehost import profiles
 from devicehost.config import HostConfig
 from devicehost.drivers.calls import WorkerPool, run_with_timeout
 from devicehost.drivers.discovery import Driver, DriverStatus, PluginSet, load_plugins
 from devicehost.drivers.scan import Scanner
 from devicehost.drivers.snapshots import ResourceState
 from devicehost.errors import ConfigError, DriverError, DriverUnavailable
+from devicehost.features import NodeLabels
 from devicehost.kubelet.podresources import PodResolver
 from devicehost.kubelet.restart_watch import DirectoryWatcher, file_identity
 from devicehost.kubelet.runner import ResourceRunner
@@ -67,6 +69,7 @@ class Host:
         self.scanners: list[Scanner] = []
         self.watcher = DirectoryWatcher(config.plugin_dir)
         self.status_server: StatusServer | None = None
+        self.node_labels: NodeLabels | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._sim_root: Path | None = None
         self.telemetry.metrics.add_gauge(
@@ -153,6 +156,10 @@ class Host:
             self._tasks.append(
                 asyncio.create_task(scanner.run(), name=f"scan-{scanner.driver.name}")
             )
+        if self.config.feature_file:
+            self.node_labels = self.labels_writer(self.config.feature_file)
+            await self.node_labels.start()
+            self._tasks.append(asyncio.create_task(self.node_labels.run(), name="node-labels"))
         waits = [
             asyncio.create_task(r.runner.serving.wait())
             for r in self.resources.values()
@@ -163,6 +170,13 @@ class Host:
         log.info(
             "serving %d resources: %s", len(self.resources), ", ".join(self.resources) or "none"
         )
+
+    def labels_writer(self, path: Path) -> NodeLabels:
+        """The node labels of every active driver, kept in the feature file at ``path``."""
+        assert self.plugins is not None
+        active = [d for d in self.plugins.drivers if d.info.status is DriverStatus.ACTIVE]
+        pairs = [(r.driver, r.state) for r in self.resources.values()]
+        return NodeLabels(path, active, pairs, self.config.hook_timeout)
 
     async def prepare(self, scan: bool = True) -> None:
         """Load and configure drivers, collect their resources, take a first snapshot.
@@ -346,6 +360,8 @@ class Host:
                     STOP_TASKS_SECONDS,
                 )
         self.watcher.close()
+        if self.node_labels:
+            self.node_labels.close()
         if self.plugins:
             await asyncio.gather(*(self._shutdown_driver(d) for d in self.plugins.drivers))
             for driver in self.plugins.drivers:
@@ -385,10 +401,24 @@ async def serve(
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signum, stop.set)
-    host = host or Host(config)
+    if host is None:
+        config = await profiles.for_this_node(config, _probe_labels)
+        host = Host(config)
     try:
         await host.start()
         await stop.wait()
         log.info("stopping")
     finally:
         await host.stop()
+
+
+async def _probe_labels(config: HostConfig) -> dict[str, str]:
+    """The drivers' labels under ``config``, from a host that is stopped again at once."""
+    probe = Host(config, telemetry=Telemetry())
+    try:
+        await probe.prepare()
+        writer = probe.labels_writer(Path("/dev/null"))
+        await asyncio.gather(*(writer.refresh(d) for d in writer.drivers))
+        return writer.labels()
+    finally:
+        await probe.stop()
