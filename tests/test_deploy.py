@@ -1,8 +1,12 @@
 """The deployment: kustomize renders, Kubernetes schemas, security posture, images, config.
 
-Every kustomization (the base and each overlay) is rendered once with ``kubectl kustomize``
-and every rendered object is checked against the Kubernetes OpenAPI schemas
-(``kubernetes-validate``, strict). The DaemonSet's security posture is asserted field by
+Every kustomization (the base, each overlay, and the base with each combination of
+components, see ``COMBINATIONS``) is rendered once with ``kubectl kustomize`` and every
+rendered object is checked against the Kubernetes OpenAPI schemas (``kubernetes-validate``,
+strict, 1.31 and the newest it knows). The hostPath mounts are checked against what the
+installed drivers declare (``devicehost_host_paths``) plus the host's own, the scheduling
+against the hardware labels and taints, and docs/operating.md's reach table against the
+rendered components. The DaemonSet's security posture is asserted field by
 field, both Dockerfiles are linted with hadolint at the threshold in
 ``deploy/.hadolint.yaml``, and the HostConfig in each rendered ConfigMap is run through
 ``devicehost config``, which also has every driver validate its own section, with the
@@ -13,7 +17,7 @@ Tests skip, saying why, only where ``kubectl`` or ``hadolint`` cannot be found.
 from __future__ import annotations
 
 import functools
-import json
+import itertools
 import os
 import re
 import shutil
@@ -23,41 +27,122 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
+from urllib.parse import urlparse
 
 import kubernetes_validate
 import pytest
 import yaml
 
-from devicehost.config import load_config
+from devicehost import HostPath
+from devicehost.config import HostConfig, load_config
+from devicehost.drivers.discovery import load_plugins
+from devicehost.mounts import HOST, Declared, PlannedMount, clean_declarations, host_own_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 DOCKERFILES = [DEPLOY / "Dockerfile", DEPLOY / "examples" / "extra-driver" / "Dockerfile"]
 
-#: Every kustomization an operator may apply, by short name.
-KUSTOMIZATIONS = {"base": DEPLOY / "base"} | {
+COMPONENTS = DEPLOY / "components"
+OVERLAYS = {
     p.parent.name: p.parent for p in sorted((DEPLOY / "overlays").glob("*/kustomization.yaml"))
 }
 #: The overlays docs/operating.md tells operators to apply.
-DOCUMENTED_OVERLAYS = {"jaeger", "cdi", "nvidia", "ascend", "rdma"}
+DOCUMENTED_OVERLAYS = {"jaeger", "cdi", "nvidia", "ascend", "rdma", "fleet"}
+
+#: Components that mount host paths or change privilege: every combination is rendered.
+#: Ascend comes unprivileged (ascend) or with DCMI (ascend-dcmi, which includes ascend).
+PATH_CHOICES: tuple[tuple[str, ...], ...] = (
+    ("", "nvidia"),
+    ("", "rdma"),
+    ("", "ascend", "ascend-dcmi"),
+    ("", "cdi"),
+    ("", "node-labels"),
+)
+#: Components that touch fields of their own (env, affinity, SELinux, an extra object):
+#: cycled through the combinations above so each value meets many others.
+CYCLED: tuple[tuple[str, ...], ...] = (
+    ("", "otel", "jaeger"),
+    ("", "control-plane"),
+    ("", "selinux"),
+    ("", "podmonitor"),
+)
+
+
+def _combinations() -> dict[str, tuple[str, ...]]:
+    combos: dict[str, tuple[str, ...]] = {}
+    for index, picks in enumerate(itertools.product(*PATH_CHOICES)):
+        cycled = tuple(choice[index % len(choice)] for choice in CYCLED)
+        chosen = tuple(c for c in picks + cycled if c)
+        combos["base+" + "+".join(chosen) if chosen else "base"] = chosen
+    # And each component alone on the base, for the checks that compare one with the base.
+    for component in sorted(p.name for p in COMPONENTS.iterdir() if p.is_dir()):
+        combos[f"base+{component}"] = (component,)
+    return combos
+
+
+COMBINATIONS = _combinations()
+
+
+def _components_of(path: Path) -> tuple[str, ...]:
+    doc = yaml.safe_load((path / "kustomization.yaml").read_text())
+    return tuple(PurePosixPath(c).name for c in doc.get("components", ()))
+
+
+#: Every kustomization, by short name, with the components it uses.
+KUSTOMIZATIONS: dict[str, tuple[str, ...]] = COMBINATIONS | {
+    name: _components_of(path) for name, path in OVERLAYS.items()
+}
+#: What operators apply directly (the base and the overlays).
+APPLIED = ["base", *OVERLAYS]
 
 #: The oldest Kubernetes the manifests support (CDI devices in the Device Plugin API are
 #: stable from 1.31) and the newest the installed kubernetes-validate has schemas for.
 KUBERNETES_VERSIONS = ("1.31", kubernetes_validate.latest_version())
 
-#: hostPath volumes every pod mounts, path → read-only; overlays may add only what is listed.
-BASE_HOST_PATHS = {
-    "/var/lib/kubelet/device-plugins": False,
-    "/var/lib/kubelet/pod-resources": True,
-    "/": True,
-}
-EXTRA_HOST_PATHS = {"cdi": {"/var/run/cdi": False}}
-HOST_ROOT_MOUNT = "/host"
+#: Kinds that are not Kubernetes' own (the Prometheus operator's PodMonitor): no schema.
+CUSTOM_KINDS = {"PodMonitor"}
 
-#: The overlays that run the container privileged (through components/ascend-dcmi), for
-#: the reason docs/operating.md gives under "Security": Ascend's DCMI opens NPU device
-#: nodes that only a privileged container has in its /dev.
-PRIVILEGED = {"ascend"}
+#: Component → the driver whose host paths it mounts.
+DRIVER_COMPONENTS = {"nvidia": "nvidia", "rdma": "rdma", "ascend": "ascend"}
+
+#: What each bundled driver reads today, for drivers that do not yet declare it through
+#: devicehost_host_paths (the driver's own declaration replaces its entry as soon as it
+#: has one). Read from the drivers' code: nvidia (NUMA from /sys/bus/pci/devices, which
+#: links into /sys/devices; /dev/nvidia* existence; /proc/driver/nvidia/capabilities),
+#: rdma (/sys/class/infiniband*, /sys/class/misc/rdma_cm, /sys/devices,
+#: /sys/module/ib_core; /dev/infiniband), ascend (/dev/davinci*; libdcmi.so and the
+#: driver's lib64 under /usr/local/Ascend/driver and /usr/local/dcmi; npu-smi).
+PENDING: dict[str, list[HostPath]] = {
+    "nvidia": [
+        HostPath(path="/sys", purpose="NUMA node of each GPU"),
+        HostPath(path="/dev", purpose="which /dev/nvidia* nodes exist"),
+        HostPath(path="/proc/driver/nvidia", purpose="MIG capability minors"),
+    ],
+    "rdma": [
+        HostPath(path="/sys", purpose="RDMA devices, ports, PCI functions"),
+        HostPath(path="/dev/infiniband", purpose="uverbs/umad/issm/rdma_cm nodes"),
+    ],
+    "ascend": [
+        HostPath(path="/dev", purpose="which /dev/davinci* nodes exist"),
+        HostPath(path="/usr/local/Ascend/driver", purpose="DCMI", at_real_path=True),
+        HostPath(path="/usr/local/dcmi", purpose="DCMI", at_real_path=True),
+        HostPath(path="/usr/local/bin/npu-smi", purpose="mounted into containers"),
+    ],
+}
+
+#: Taints the pod may tolerate: the accelerator vendors' own, and CriticalAddonsOnly.
+VENDOR_TAINTS = {
+    "nvidia.com/gpu",
+    "huawei.com/Ascend910",
+    "huawei.com/Ascend310",
+    "huawei.com/Ascend310P",
+    "CriticalAddonsOnly",
+}
+CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
+HARDWARE_LABEL = re.compile(
+    r"^feature\.node\.kubernetes\.io/pci-[0-9a-f]{4}\.present$"
+    r"|^devicehost\.feature\.node\.kubernetes\.io/[a-z0-9-]+\.present$"
+)
 
 _VAR_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
@@ -80,17 +165,43 @@ def _hadolint() -> str:
     return found
 
 
+def _kustomization_dir(name: str, scratch: Path) -> Path:
+    if name in OVERLAYS:
+        return OVERLAYS[name]
+    if name == "base":
+        return DEPLOY / "base"
+    here = scratch / name
+    here.mkdir()
+    doc = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "namespace": "devicehost",
+        "resources": [os.path.relpath(DEPLOY / "base", here)],
+        "components": [os.path.relpath(COMPONENTS / c, here) for c in KUSTOMIZATIONS[name]],
+    }
+    (here / "kustomization.yaml").write_text(yaml.safe_dump(doc))
+    return here
+
+
 @functools.cache
 def _render_all(kubectl: str) -> dict[str, list[dict[str, Any]]]:
-    def render(path: Path) -> list[dict[str, Any]]:
+    import tempfile
+
+    scratch = Path(tempfile.mkdtemp(prefix="kustomize-"))
+
+    def render(name: str) -> list[dict[str, Any]]:
+        path = _kustomization_dir(name, scratch)
         result = subprocess.run(
             [kubectl, "kustomize", str(path)], capture_output=True, text=True, check=False
         )
-        assert result.returncode == 0, f"kubectl kustomize {path} failed:\n{result.stderr}"
+        assert result.returncode == 0, f"kubectl kustomize {name} failed:\n{result.stderr}"
         return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
-    with ThreadPoolExecutor() as pool:
-        return dict(zip(KUSTOMIZATIONS, pool.map(render, KUSTOMIZATIONS.values()), strict=True))
+    try:
+        with ThreadPoolExecutor() as pool:
+            return dict(zip(KUSTOMIZATIONS, pool.map(render, KUSTOMIZATIONS), strict=True))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def rendered(name: str) -> list[dict[str, Any]]:
@@ -169,6 +280,17 @@ def objects_with_pods(name: str) -> Iterator[tuple[dict[str, Any], dict[str, Any
 
 
 every_kustomization = pytest.mark.parametrize("name", sorted(KUSTOMIZATIONS))
+every_applied = pytest.mark.parametrize("name", APPLIED)
+
+
+def uses(name: str, component: str) -> bool:
+    """Whether the kustomization uses ``component`` (ascend-dcmi brings ascend along)."""
+    used = set(KUSTOMIZATIONS[name])
+    if "ascend-dcmi" in used:
+        used.add("ascend")
+    if "jaeger" in used:
+        used.add("otel")
+    return component in used
 
 
 # -- structure and schemas ----------------------------------------------------------------
@@ -176,7 +298,9 @@ every_kustomization = pytest.mark.parametrize("name", sorted(KUSTOMIZATIONS))
 
 def test_every_documented_overlay_exists() -> None:
     """Each overlay docs/operating.md names has a kustomization in deploy/overlays/."""
-    assert set(KUSTOMIZATIONS) - {"base"} >= DOCUMENTED_OVERLAYS
+    assert set(OVERLAYS) >= DOCUMENTED_OVERLAYS
+    text = (ROOT / "docs" / "operating.md").read_text()
+    assert all(f"deploy/overlays/{o}" in text for o in DOCUMENTED_OVERLAYS)
 
 
 @every_kustomization
@@ -184,6 +308,8 @@ def test_every_object_matches_the_kubernetes_schemas(name: str) -> None:
     """Every rendered object validates strictly (no unknown fields) on each Kubernetes version."""
     problems = []
     for obj in rendered(name):
+        if obj["kind"] in CUSTOM_KINDS:
+            continue
         for version in KUBERNETES_VERSIONS:
             try:
                 kubernetes_validate.validate(obj, version, strict=True)
@@ -222,20 +348,23 @@ def test_every_image_is_pinned(name: str) -> None:
 
 
 @every_kustomization
-def test_only_the_documented_overlays_are_privileged(name: str) -> None:
-    """A container is privileged only in the overlays listed in PRIVILEGED."""
+def test_only_the_ascend_dcmi_component_makes_the_pod_privileged(name: str) -> None:
+    """A container is privileged exactly when components/ascend-dcmi is used, and then
+    only the devicehost container (the patch is keyed by its name)."""
     pod = daemonset(name)["spec"]["template"]["spec"]
     privileged = [
         c["name"]
         for c in pod["containers"] + pod.get("initContainers", [])
         if c.get("securityContext", {}).get("privileged")
     ]
-    assert bool(privileged) == (name in PRIVILEGED), privileged
+    assert privileged == (["devicehost"] if uses(name, "ascend-dcmi") else []), privileged
 
 
-@pytest.mark.parametrize("name", sorted(set(KUSTOMIZATIONS) - PRIVILEGED))
+@every_kustomization
 def test_unprivileged_daemonset_drops_every_capability(name: str) -> None:
-    """Outside PRIVILEGED: no privilege escalation, capabilities drop ALL and add none."""
+    """Without ascend-dcmi: no privilege escalation, capabilities drop ALL and add none."""
+    if uses(name, "ascend-dcmi"):
+        pytest.skip("privileged by design: docs/operating.md, Security")
     pod = daemonset(name)["spec"]["template"]["spec"]
     for c in pod["containers"] + pod.get("initContainers", []):
         context = c.get("securityContext", {})
@@ -261,31 +390,90 @@ def test_daemonset_shares_no_host_namespace(name: str) -> None:
     assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
 
 
-@every_kustomization
-def test_host_paths_are_exactly_the_expected_ones(name: str) -> None:
-    """The hostPath mounts are the kubelet's two socket directories and the host root
-    (plus the CDI directory in the cdi overlay), each writable only where listed."""
+@functools.cache
+def _driver_declarations() -> dict[str, tuple[Declared, ...]]:
+    """Each bundled driver's host paths: its own declaration when it has one, else PENDING."""
+    plugins = load_plugins()
+    declared: dict[str, tuple[Declared, ...]] = {}
+    try:
+        for driver in plugins.drivers:
+            if driver.implements("devicehost_host_paths"):
+                answers = driver.call("devicehost_host_paths")
+                declared[driver.name] = tuple(clean_declarations(driver.name, answers))
+            elif driver.name in PENDING:
+                declared[driver.name] = tuple(
+                    clean_declarations(driver.name, [PENDING[driver.name]])
+                )
+    finally:
+        for driver in plugins.drivers:
+            driver.pool.close()
+    return declared
+
+
+def expected_paths(name: str) -> list[Declared]:
+    """What the pod of ``name`` needs: the host's own paths and its drivers' declarations."""
+    config = HostConfig(
+        feature_file=Path("/etc/kubernetes/node-feature-discovery/features.d/devicehost")
+        if uses(name, "node-labels")
+        else None
+    )
+    own = host_own_paths(config)
+    if uses(name, "cdi"):
+        own.append(Declared(HOST, "/var/run/cdi", "CDI specs", writable=True))
+    drivers = [d for c, d in DRIVER_COMPONENTS.items() if uses(name, c)]
+    declarations = _driver_declarations()
+    return own + [item for d in drivers for item in declarations.get(d, ())]
+
+
+def host_mounts(name: str) -> list[tuple[str, str, bool]]:
+    """(host path, path in the pod, read-only) for every hostPath mount of the pod."""
     pod = daemonset(name)["spec"]["template"]["spec"]
     by_volume = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
-    mounted = {
-        by_volume[m["name"]]: m.get("readOnly", False)
-        for c in pod["containers"]
+    return [
+        (by_volume[m["name"]], m["mountPath"], bool(m.get("readOnly", False)))
+        for c in pod["containers"] + pod.get("initContainers", [])
         for m in c.get("volumeMounts", [])
         if m["name"] in by_volume
-    }
-    assert mounted == BASE_HOST_PATHS | EXTRA_HOST_PATHS.get(name, {})
+    ]
 
 
 @every_kustomization
-def test_host_root_is_mounted_read_only_at_devicehost_root(name: str) -> None:
-    """The host's / is mounted read-only at /host, and DEVICEHOST_ROOT points there."""
-    pod = daemonset(name)["spec"]["template"]["spec"]
-    root_volume = next(
-        v["name"] for v in pod["volumes"] if v.get("hostPath", {}).get("path") == "/"
-    )
-    mount = next(m for m in container(name)["volumeMounts"] if m["name"] == root_volume)
-    assert (mount["mountPath"], mount.get("readOnly")) == (HOST_ROOT_MOUNT, True)
-    assert literal_env(name)["DEVICEHOST_ROOT"] == HOST_ROOT_MOUNT
+def test_every_host_mount_was_declared(name: str) -> None:
+    """Each hostPath mount is a path the host or an included driver declared, at a place
+    that declaration asks for, and read-only unless the host itself writes there."""
+    declared = expected_paths(name)
+    strays = [
+        mount
+        for mount in host_mounts(name)
+        if not any(
+            d.path == mount[0] and mount[1] in d.targets() and (mount[2] or d.writable)
+            for d in declared
+        )
+    ]
+    assert not strays, f"mounted but declared by no installed driver or the host: {strays}"
+
+
+@every_kustomization
+def test_every_declared_path_is_mounted(name: str) -> None:
+    """Each path the host or an included driver needs is reachable in the pod where it
+    is expected (its own mount, or one of a declared parent)."""
+    by_host: dict[str, PlannedMount] = {}
+    for host_path, target, read_only in host_mounts(name):
+        mount = by_host.setdefault(host_path, PlannedMount(host_path, (), True, ""))
+        mount.targets += (target,)
+        mount.read_only = mount.read_only and read_only
+    missing = [
+        f"{d.owner}: {d.path}"
+        for d in expected_paths(name)
+        if not any(m.covers(d) for m in by_host.values())
+    ]
+    assert not missing, f"needed but not mounted: {missing}"
+
+
+@every_kustomization
+def test_the_host_root_is_never_mounted(name: str) -> None:
+    """No pod mounts the host's /: only declared subtrees are visible."""
+    assert all(host_path != "/" for host_path, _, _ in host_mounts(name))
 
 
 @every_kustomization
@@ -301,15 +489,30 @@ def test_daemonset_runs_as_root_without_a_service_account_token(name: str) -> No
 
 
 @every_kustomization
-def test_daemonset_is_node_critical_and_tolerates_no_schedule_taints(name: str) -> None:
-    """priorityClassName is system-node-critical; any NoSchedule taint is tolerated, but
-    NoExecute only for named keys, so a NoExecute taint meant to clear a node still does."""
+def test_daemonset_runs_only_where_hardware_is(name: str) -> None:
+    """Every node-affinity term requires a hardware label, and excludes control-plane nodes
+    unless components/control-plane opts in; no bare nodeSelector widens it."""
     pod = daemonset(name)["spec"]["template"]["spec"]
     assert pod["priorityClassName"] == "system-node-critical"
-    tolerations = pod["tolerations"]
-    assert {"operator": "Exists", "effect": "NoSchedule"} in tolerations
-    assert all(t.get("key") or t.get("effect") == "NoSchedule" for t in tolerations)
-    assert {"key": "nvidia.com/gpu", "operator": "Exists"} in tolerations
+    required = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    for term in required["nodeSelectorTerms"]:
+        expressions = term["matchExpressions"]
+        assert any(
+            HARDWARE_LABEL.match(e["key"]) and e["operator"] == "In" and e["values"] == ["true"]
+            for e in expressions
+        ), term
+        excluded = {"key": CONTROL_PLANE, "operator": "DoesNotExist"} in expressions
+        assert excluded != uses(name, "control-plane"), term
+
+
+@every_kustomization
+def test_daemonset_tolerates_only_vendor_taints(name: str) -> None:
+    """Tolerations name the accelerator vendors' taints and CriticalAddonsOnly (plus the
+    control-plane taint where opted in); none tolerates every taint of an effect."""
+    tolerations = daemonset(name)["spec"]["template"]["spec"]["tolerations"]
+    allowed = VENDOR_TAINTS | ({CONTROL_PLANE} if uses(name, "control-plane") else set())
+    assert all(t.get("key") in allowed for t in tolerations), tolerations
+    assert {t["key"] for t in tolerations} >= VENDOR_TAINTS
 
 
 @every_kustomization
@@ -329,7 +532,8 @@ def test_probes_and_scrape_annotations_use_the_metrics_port(name: str) -> None:
     port = next(p["containerPort"] for p in c["ports"] if p["name"] == "metrics")
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
-    assert literal_env(name)["DEVICEHOST_METRICS_ADDRESS"] == f"0.0.0.0:{port}"
+    # No host: every address family, so IPv6-only and dual-stack clusters probe it too.
+    assert literal_env(name)["DEVICEHOST_METRICS_ADDRESS"] == f":{port}"
     annotations = daemonset(name)["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
     assert annotations["prometheus.io/port"] == str(port)
@@ -387,10 +591,10 @@ def checked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Checked]:
         return Checked(check_config(config, here, **pod_env), here / "root")
 
     with ThreadPoolExecutor() as pool:
-        return dict(zip(KUSTOMIZATIONS, pool.map(check, KUSTOMIZATIONS), strict=True))
+        return dict(zip(APPLIED, pool.map(check, APPLIED), strict=True))
 
 
-@every_kustomization
+@every_applied
 def test_hostconfig_is_accepted_by_devicehost_config(
     name: str, checked: dict[str, Checked]
 ) -> None:
@@ -427,22 +631,23 @@ def test_a_bad_driver_section_is_refused(tmp_path: Path) -> None:
     assert "drivers.template" in result.stderr
 
 
-@every_kustomization
+@every_applied
 def test_overlays_change_only_the_driver_sections(name: str, tmp_path: Path) -> None:
     """An overlay's HostConfig, read without env, equals the base's in everything but
-    ``drivers``, so replacing the ConfigMap for a vendor never drifts from the base."""
+    ``drivers`` and ``profiles``, so replacing the ConfigMap never drifts from the base."""
 
     def effective(which: str) -> dict[str, Any]:
         path = tmp_path / f"{which}.yaml"
         path.write_text(host_config(which))
         doc = load_config(path, env={}).to_document()
         doc.pop("drivers")
+        doc.pop("profiles")
         return doc
 
     assert effective(name) == effective("base")
 
 
-@every_kustomization
+@every_applied
 def test_hostconfig_paths_lie_in_the_mounted_kubelet_directories(name: str) -> None:
     """pluginDir and podResourcesSocket name the directories the pod mounts at the same paths."""
     config = yaml.safe_load(host_config(name))
@@ -452,65 +657,157 @@ def test_hostconfig_paths_lie_in_the_mounted_kubelet_directories(name: str) -> N
     assert not socket or str(PurePosixPath(socket).parent) in mounts
 
 
-# -- overlays -----------------------------------------------------------------------------------
+# -- components -------------------------------------------------------------------------
 
 
-def test_jaeger_overlay_points_the_exporter_at_its_jaeger_service() -> None:
-    """OTEL_EXPORTER_OTLP_ENDPOINT names the rendered jaeger Service's OTLP gRPC port, and
-    that Service selects the Jaeger pods, which expose OTLP gRPC, OTLP HTTP and the UI."""
-    objects = rendered("jaeger")
-    env = literal_env("jaeger")
-    assert env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "grpc"
-    assert env["OTEL_SERVICE_NAME"] == "devicehost"
-    assert env["OTEL_TRACES_SAMPLER"] == "parentbased_always_on"
-    endpoint = re.fullmatch(
-        r"http://([^.]+)\.([^.]+)\.svc:(\d+)", env["OTEL_EXPORTER_OTLP_ENDPOINT"]
-    )
-    assert endpoint, env["OTEL_EXPORTER_OTLP_ENDPOINT"]
-    service_name, namespace, port = endpoint.groups()
-    service = only(objects, "Service", service_name)
-    assert service["metadata"]["namespace"] == namespace
-    assert int(port) in {p["port"] for p in service["spec"]["ports"]}
-    jaeger = only(objects, "Deployment", "jaeger")
-    pod_labels = jaeger["spec"]["template"]["metadata"]["labels"]
-    assert service["spec"]["selector"].items() <= pod_labels.items()
-    exposed = {
-        p["containerPort"]
-        for c in jaeger["spec"]["template"]["spec"]["containers"]
-        for p in c["ports"]
+def otlp_host(endpoint: str) -> str:
+    host = urlparse(endpoint).hostname
+    assert host, endpoint
+    return host
+
+
+@every_kustomization
+def test_tracing_is_on_only_with_the_otel_component(name: str) -> None:
+    """The OTLP endpoint, sampler and resource attributes come with components/otel (jaeger
+    includes it); without it nothing turns tracing on."""
+    env = literal_env(name)
+    if not uses(name, "otel"):
+        assert not {k for k in env if k.startswith("OTEL_")}
+        assert not yaml.safe_load(host_config("base")).get("tracing", {}).get("otlpEndpoint")
+        return
+    assert env["OTEL_TRACES_SAMPLER"] == "parentbased_traceidratio"
+    attributes = dict(a.split("=", 1) for a in env["OTEL_RESOURCE_ATTRIBUTES"].split(","))
+    assert set(attributes) == {
+        "k8s.pod.name",
+        "k8s.namespace.name",
+        "k8s.pod.uid",
+        "k8s.node.name",
     }
-    assert {4317, 4318, 16686} <= exposed
+    # A Service name alone: the pod's own namespace, wherever it is deployed.
+    assert "." not in otlp_host(env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"])
 
 
-def test_only_the_jaeger_overlay_turns_tracing_on() -> None:
-    """The base sets no OTLP endpoint, env or file, so tracing is off unless asked for."""
-    assert "OTEL_EXPORTER_OTLP_ENDPOINT" not in literal_env("base")
-    assert not yaml.safe_load(host_config("base")).get("tracing", {}).get("otlpEndpoint")
-
-
-def test_cdi_overlay_specs_land_in_the_mounted_cdi_directory(
-    checked: dict[str, Checked],
-) -> None:
-    """With the cdi overlay's HostConfig every CDI-enabled driver (nvidia, ascend, rdma)
-    writes its spec into the directory where the pod mounts the host's /var/run/cdi, as seen
-    under DEVICEHOST_ROOT, and nowhere else under it."""
-    pod = daemonset("cdi")["spec"]["template"]["spec"]
-    volume = next(
-        v["name"] for v in pod["volumes"] if v.get("hostPath", {}).get("path") == "/var/run/cdi"
+@every_kustomization
+def test_jaeger_endpoint_names_the_rendered_jaeger_service(name: str) -> None:
+    """With jaeger, the endpoint is the rendered jaeger Service's OTLP gRPC port by name
+    only, and that Service selects the Jaeger pods."""
+    if not uses(name, "jaeger"):
+        assert not [o for o in rendered(name) if o["metadata"]["name"] == "jaeger"]
+        return
+    objects = rendered(name)
+    endpoint = urlparse(literal_env(name)["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"])
+    service = only(objects, "Service", endpoint.hostname)
+    assert endpoint.port in {p["port"] for p in service["spec"]["ports"]}
+    jaeger = only(objects, "Deployment", "jaeger")
+    assert (
+        service["spec"]["selector"].items()
+        <= jaeger["spec"]["template"]["metadata"]["labels"].items()
     )
-    mount = PurePosixPath(
-        next(m for m in container("cdi")["volumeMounts"] if m["name"] == volume)["mountPath"]
+    assert literal_env(name)["OTEL_TRACES_SAMPLER_ARG"] == "1.0"
+
+
+@every_kustomization
+def test_podmonitor_scrapes_the_metrics_port_of_these_pods(name: str) -> None:
+    """The PodMonitor selects the DaemonSet's pods and scrapes their port named metrics."""
+    monitors = [o for o in rendered(name) if o["kind"] == "PodMonitor"]
+    assert bool(monitors) == uses(name, "podmonitor")
+    for monitor in monitors:
+        labels = daemonset(name)["spec"]["template"]["metadata"]["labels"]
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+        assert monitor["metadata"]["namespace"] == "devicehost"
+
+
+@every_kustomization
+def test_selinux_type_only_with_the_selinux_component(name: str) -> None:
+    """components/selinux sets the container's SELinux type; otherwise the runtime's default."""
+    options = container(name)["securityContext"].get("seLinuxOptions")
+    assert (options == {"type": "container_device_plugin_t"}) == uses(name, "selinux")
+
+
+def test_no_index_based_json_patches() -> None:
+    """Every patch under deploy/ is a strategic merge (keyed by names), never a JSON6902
+    patch with operations, so adding a sidecar first can never shift what a patch hits."""
+    for kustomization in DEPLOY.rglob("kustomization.yaml"):
+        doc = yaml.safe_load(kustomization.read_text())
+        assert "patchesJson6902" not in doc, kustomization
+        for patch in doc.get("patches", []):
+            text = patch.get("patch") or (kustomization.parent / patch["path"]).read_text()
+            assert not re.search(r"(?m)^\s*-?\s*op:", text), f"{kustomization}: {patch}"
+
+
+def test_node_labels_component_points_the_host_at_the_mounted_features_d() -> None:
+    """DEVICEHOST_FEATURE_FILE lies in the directory the node-labels component mounts
+    writable at its real path, NFD's features.d."""
+    name = "base+node-labels"
+    feature_file = PurePosixPath(literal_env(name)["DEVICEHOST_FEATURE_FILE"])
+    assert (str(feature_file.parent), str(feature_file.parent), False) in host_mounts(name)
+    assert str(feature_file.parent) == "/etc/kubernetes/node-feature-discovery/features.d"
+
+
+def test_cdi_component_mounts_the_cdi_directory_writable_at_its_real_path() -> None:
+    """The host writes its k8s.devicehost.io specs where the runtime reads them."""
+    assert ("/var/run/cdi", "/var/run/cdi", False) in host_mounts("cdi")
+
+
+def test_fleet_profiles_choose_per_node_settings(tmp_path: Path) -> None:
+    """The fleet overlay's profiles give a 910B node full-mesh settings and leave a GPU
+    node without MIG labels on the base, as `devicehost config --node-facts` shows."""
+    config = tmp_path / "config.yaml"
+    config.write_text(host_config("fleet"))
+    facts = tmp_path / "facts.yaml"
+    facts.write_text("nodeName: npu-7\nlabels: {ascend.family: 910B}\n")
+    root = tmp_path / "root"
+    root.mkdir()
+    args = ("config", "--config", str(config), "--node-facts", str(facts))
+    result = devicehost(
+        *args, "--simulate", "--root", str(root), env=clean_env(TMPDIR=str(tmp_path))
     )
-    root = literal_env("cdi")["DEVICEHOST_ROOT"]
-    assert mount.is_relative_to(root), f"{mount} is outside {root}, where the drivers write"
-    in_root = mount.relative_to(root)
-    drivers = yaml.safe_load(host_config("cdi"))["drivers"]
-    expected = {"nvidia.com/gpu", "huawei.com/npu", drivers["rdma"]["cdi"]["kind"]}
-    assert "cdi" in drivers["nvidia"]["deviceListStrategy"]
-    assert drivers["ascend"]["useCdi"] is True
-    specs = list(checked["cdi"].root.rglob("devicehost-*.json"))
-    assert {spec.parent for spec in specs} == {checked["cdi"].root / in_root}
-    assert {json.loads(spec.read_text())["kind"] for spec in specs} == expected
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "# profile: ascend-910b"
+    assert yaml.safe_load(result.stdout)["drivers"]["ascend"]["hccsGroupSize"] == 0
+    facts.write_text("nodeName: gpu-1\nlabels: {nvidia.mig-capable: 'true'}\n")
+    result = devicehost(
+        *args, "--simulate", "--root", str(root), env=clean_env(TMPDIR=str(tmp_path))
+    )
+    assert result.stdout.splitlines()[0] == "# profile: (none: base settings)"
+
+
+# -- docs/operating.md's reach table ---------------------------------------------------------
+
+REACH_TABLE = re.compile(r"<!-- reach:begin -->\n(.*?)<!-- reach:end -->", re.DOTALL)
+
+
+def _reach_rows() -> dict[str, tuple[set[str], str]]:
+    text = (ROOT / "docs" / "operating.md").read_text()
+    match = REACH_TABLE.search(text)
+    assert match, "docs/operating.md has no reach table"
+    rows: dict[str, tuple[set[str], str]] = {}
+    for line in match.group(1).splitlines()[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        paths = set(re.findall(r"`([^`]+)`", cells[1]))
+        rows[cells[0].strip("`")] = (paths, cells[2])
+    return rows
+
+
+def _reach(name: str) -> set[str]:
+    return {f"{host} {'ro' if ro else 'rw'}" for host, _, ro in host_mounts(name)}
+
+
+def test_operating_security_table_matches_the_manifests() -> None:
+    """For the base and each component, the host paths docs/operating.md lists (path and
+    ro/rw) are exactly what the rendered pod mounts beyond the base, and the privileged
+    column says what the manifests do."""
+    rows = _reach_rows()
+    listed = {"base", *(c for c in rows if c != "base")}
+    assert listed == {"base"} | {p.name for p in COMPONENTS.iterdir() if p.is_dir()}
+    assert rows["base"][0] == _reach("base")
+    for component, (paths, privileged) in rows.items():
+        if component == "base":
+            continue
+        name = f"base+{component}"
+        assert paths == _reach(name) - _reach("base"), component
+        assert (privileged == "yes") == uses(name, "ascend-dcmi"), component
 
 
 # -- images -------------------------------------------------------------------------------------
@@ -557,3 +854,10 @@ def test_dockerignore_lets_through_every_copied_path() -> None:
     sources = [s.rstrip("/") for line in copies for s in line.split()[:-1]]
     assert sources
     assert set(sources) <= included
+
+
+def test_image_build_is_documented_for_both_architectures() -> None:
+    """The Dockerfile and docs/operating.md give the buildx command for amd64 and arm64."""
+    for text in (DOCKERFILES[0].read_text(), (ROOT / "docs" / "operating.md").read_text()):
+        assert "buildx build" in text
+        assert "--platform linux/amd64,linux/arm64" in text

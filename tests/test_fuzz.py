@@ -601,6 +601,10 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "log.level": st.sampled_from(["debug", "info", "warning", "error", "INFO"]),
     "metrics.address": st.sampled_from(["", "127.0.0.1:9400", ":9400", "[::1]:9400"]),
     "tracing.otlpEndpoint": st.sampled_from(["", "http://jaeger:4317"]),
+    "labels.featureFile": st.sampled_from(["", "/etc/kubernetes/node-feature-discovery/x"]),
+    "profiles": st.sampled_from(
+        [None, [], [{"name": "p", "match": {"nodeNames": ["n-*"]}, "drivers": {"a": {}}}]]
+    ),
     "drivers": st.dictionaries(
         st.from_regex(r"\A[a-z]{1,8}\Z"),
         st.one_of(st.none(), st.dictionaries(st.text(max_size=5), SCALARS, max_size=3)),

@@ -196,3 +196,78 @@ def test_shutdown_called_once_even_when_another_hook_hangs(alpha, kubelet):
     assert [c for c in driver.calls if c[0] == "devicehost_shutdown"] == [
         ("devicehost_shutdown", {})
     ]
+
+
+# -- node labels and host paths -------------------------------------------------------------
+
+LABELLED = "testdrivers.labelled:Labelled"
+NFD = "devicehost.feature.node.kubernetes.io"
+
+
+def feature_lines(path):
+    return sorted(line for line in path.read_text().splitlines() if not line.startswith("#"))
+
+
+def test_labels_land_in_the_feature_file_and_follow_device_changes(alpha, kubelet, tmp_path):
+    """Valid labels are written as <namespace>/<driver>.<key>=<value>; after a scan that
+    changed a device the file is rewritten; a clean stop removes it."""
+    feature_file = tmp_path / "features.d" / "devicehost"
+    host = alpha({"resources": {RES: 2}}, target=LABELLED, feature_file=feature_file)
+    kubelet.wait_devices(RES, lambda d: len(d) == 2)
+    assert feature_lines(feature_file) == [
+        f"{NFD}/alpha.count=2",
+        f"{NFD}/alpha.family=910B",
+        f"{NFD}/alpha.present=true",
+    ]
+    host.call(plugin(host).set_health, RES, "dev-1", False)
+    eventually(lambda: f"{NFD}/alpha.count=1" in feature_lines(feature_file))
+    host.stop()
+    assert not feature_file.exists()
+    assert not list(feature_file.parent.iterdir())  # no temporary file left behind
+
+
+def test_labels_that_break_the_rules_are_dropped_naming_the_driver(
+    alpha, kubelet, tmp_path, caplog
+):
+    """A bad key, a bad value and a non-string value are each dropped with a log line that
+    names the driver and the key; the good labels are still written."""
+    feature_file = tmp_path / "features.d" / "devicehost"
+    alpha({"resources": {RES: 1}}, target=LABELLED, feature_file=feature_file)
+    kubelet.wait_devices(RES, lambda d: len(d) == 1)
+    dropped = [r.getMessage() for r in caplog.records if "label dropped" in r.getMessage()]
+    assert len(dropped) == 3
+    assert all("driver 'alpha', hook devicehost_labels" in m for m in dropped)
+    assert any("'Bad Key'" in m for m in dropped)
+    assert any("'firmware-version'" in m for m in dropped)
+    assert any("'memory-mib'" in m for m in dropped)
+    assert f"{NFD}/alpha.present=true" in feature_lines(feature_file)
+
+
+def test_labels_are_off_without_a_feature_file(alpha, kubelet, tmp_path):
+    """With labels.featureFile empty (the default) no file is written anywhere."""
+    host = alpha({"resources": {RES: 1}}, target=LABELLED)
+    kubelet.wait_devices(RES, lambda d: len(d) == 1)
+    assert host.host.node_labels is None
+
+
+def test_host_paths_become_a_mount_plan_without_configure(install, host_config, capsys):
+    """`devicehost mounts` asks drivers without configuring them: a path inside a declared
+    one folds into it, at_real_path mounts twice, a non-HostPath is dropped, and the
+    host's own directories are listed writable."""
+    import json
+
+    from devicehost.cli import main
+
+    install("devicehost-alpha", drivers={"alpha": LABELLED})
+    assert main(["mounts", "--drivers", "alpha", "--output", "json"]) == 0
+    plan = {m["hostPath"]: m for m in json.loads(capsys.readouterr().out)}
+    assert plan["/sys/class/widget"]["mountPaths"] == ["/host/sys/class/widget"]
+    assert [d["path"] for d in plan["/sys/class/widget"]["declaredBy"]] == [
+        "/sys/class/widget",
+        "/sys/class/widget/widget0",
+    ]
+    assert plan["/opt/widget/lib"]["mountPaths"] == ["/opt/widget/lib", "/host/opt/widget/lib"]
+    assert all(plan[p]["readOnly"] for p in ("/sys/class/widget", "/opt/widget/lib"))
+    assert plan["/var/lib/kubelet/device-plugins"]["readOnly"] is False
+    assert "/etc/shadow" not in plan
+    assert plan["/sys/class/widget"]["declaredBy"][0]["purpose"] == "widget health (unconfigured)"

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import urllib.error
 import urllib.request
+import uuid
 
 import grpc
 import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from prometheus_client.parser import text_string_to_metric_families
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
@@ -68,9 +69,13 @@ def test_allocate_span_is_a_root_server_span_with_attributes(traced, kubelet, re
     assert attrs["devicehost.device_ids.requested"] == ["dev-1", "dev-2"]
     assert attrs["devicehost.container.count"] == 1
     assert attrs["k8s.node.name"] == "node-a"
-    assert attrs["rpc.grpc.status_code"] == 0
+    assert attrs["rpc.system.name"] == "grpc"
+    assert attrs["rpc.method"] == "v1beta1.DevicePlugin/Allocate"
+    assert attrs["rpc.response.status_code"] == "OK"
+    assert "error.type" not in attrs
     resource = receiver.resources[receiver.spans.index(span)]
     assert resource["service.name"] == "devicehost"
+    assert uuid.UUID(resource["service.instance.id"])
 
 
 def test_driver_hook_is_a_child_span_per_container(traced, kubelet, receiver):
@@ -99,7 +104,8 @@ def test_refused_request_has_error_status_and_grpc_code(traced, kubelet, receive
     span = receiver.wait_for_span(ALLOCATE)
     assert span.status.code == Status.STATUS_CODE_ERROR
     assert span.status.message == f"unknown device ID 'nope' for resource '{RES}'"
-    assert attributes(span)["rpc.grpc.status_code"] == 3
+    assert attributes(span)["rpc.response.status_code"] == "INVALID_ARGUMENT"
+    assert attributes(span)["error.type"] == "INVALID_ARGUMENT"
 
 
 def test_driver_exception_is_recorded_on_the_hook_span(traced, kubelet, receiver):
@@ -111,7 +117,7 @@ def test_driver_exception_is_recorded_on_the_hook_span(traced, kubelet, receiver
     assert hook.status.code == Status.STATUS_CODE_ERROR
     assert [e.name for e in hook.events] == ["exception"]
     assert "scripted failure" in attributes(hook.events[0])["exception.message"]
-    assert attributes(receiver.wait_for_span(ALLOCATE))["rpc.grpc.status_code"] == 13
+    assert attributes(receiver.wait_for_span(ALLOCATE))["rpc.response.status_code"] == "INTERNAL"
 
 
 def test_incoming_traceparent_is_honoured(traced, kubelet, receiver):
@@ -132,14 +138,22 @@ def test_incoming_traceparent_is_honoured(traced, kubelet, receiver):
 
 
 def test_preferred_allocation_and_registration_are_traced(traced, kubelet, receiver):
-    """GetPreferredAllocation records the chosen IDs; each Register attempt is a span."""
+    """GetPreferredAllocation records each container's chosen IDs as an event under fixed
+    keys; each Register attempt is a span."""
     traced()
     kubelet.preferred_allocation(RES, ["dev-0", "dev-1", "dev-2"], [], 2)
     span = receiver.wait_for_span("v1beta1.DevicePlugin/GetPreferredAllocation")
-    assert attributes(span)["devicehost.device_ids.chosen.0"] == ["dev-0", "dev-2"]
+    [choice] = [e for e in span.events if e.name == "devicehost.preferred_allocation.choice"]
+    assert attributes(choice) == {
+        "devicehost.container.index": 0,
+        "devicehost.device_ids.chosen": ["dev-0", "dev-2"],
+    }
+    assert not [k for k in attributes(span) if k.startswith("devicehost.device_ids.chosen")]
     register = receiver.wait_for_span("v1beta1.Registration/Register")
     assert attributes(register)["devicehost.resource"] == RES
     assert attributes(register)["devicehost.kubelet.registration.attempt"] == 1
+    assert attributes(register)["rpc.method"] == "v1beta1.Registration/Register"
+    assert attributes(register)["server.address"].endswith("kubelet.sock")
     assert register.kind == Span.SPAN_KIND_CLIENT
 
 
@@ -153,11 +167,13 @@ def test_pod_identity_arrives_on_a_follow_up_span(traced, kubelet, receiver, plu
         allocate = receiver.wait_for_span(ALLOCATE)
         identity = receiver.wait_for_span("devicehost/PodIdentity")
     attrs = attributes(identity)
-    assert (attrs["k8s.pod.name"], attrs["k8s.namespace.name"], attrs["k8s.container.name"]) == (
-        "web-0",
-        "shop",
-        "main",
+    workload = (
+        attrs["devicehost.workload.pod.name"],
+        attrs["devicehost.workload.namespace.name"],
+        attrs["devicehost.workload.container.name"],
     )
+    assert workload == ("web-0", "shop", "main")
+    assert not {"k8s.pod.name", "k8s.namespace.name", "k8s.container.name"} & set(attrs)
     assert identity.trace_id == allocate.trace_id
     assert identity.parent_span_id == allocate.span_id
     assert [link.span_id for link in identity.links] == [allocate.span_id]
@@ -173,8 +189,8 @@ def test_pod_identity_on_pre_start_span_when_driver_requires_pre_start(
         kubelet.allocate(RES, [["dev-1"]])
         kubelet.pre_start(RES, ["dev-1"])
         span = receiver.wait_for_span("v1beta1.DevicePlugin/PreStartContainer")
-    assert attributes(span)["k8s.pod.name"] == "train-1"
-    assert attributes(span)["k8s.container.name"] == "worker"
+    assert attributes(span)["devicehost.workload.pod.name"] == "train-1"
+    assert attributes(span)["devicehost.workload.container.name"] == "worker"
     assert receiver.named("devicehost/PodIdentity") == []
 
 
@@ -225,11 +241,12 @@ def scrape(host, path="/metrics"):
 
 
 def sample(text, name, **labels):
-    """The value of one sample in Prometheus text, or None."""
-    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    pattern = re.escape(name) + (r"\{" + re.escape(wanted) + r"\}" if labels else "") + r" (\S+)"
-    match = re.search("^" + pattern + "$", text, re.MULTILINE)
-    return float(match.group(1)) if match else None
+    """The value of one sample in Prometheus text (label order is the library's), or None."""
+    for family in text_string_to_metric_families(text):
+        for found in family.samples:
+            if found.name == name and found.labels == labels:
+                return found.value
+    return None
 
 
 @pytest.fixture

@@ -40,6 +40,7 @@ examples:
   devicehost drivers                      which drivers are installed and why any is off
   devicehost devices --json               what the drivers see on this node now
   devicehost config --config host.yaml    check a config file; print the effective config
+  devicehost mounts --output kustomize    the host paths the pod must mount, as a patch
   devicehost new-driver acme              write a standalone driver project to start from
 
 After `make setup` the command is .venv/bin/devicehost (or `uv run devicehost`).
@@ -70,6 +71,7 @@ _LOGS = ("log_format", "log_level")
 _COMMAND_FLAGS: dict[str, tuple[str, ...]] = {
     "run": tuple(_FLAGS),
     "config": tuple(_FLAGS),
+    "mounts": tuple(_FLAGS),
     "drivers": ("root", *_SELECTION, "hook_timeout", "simulate", "simulate_node", *_LOGS),
     "devices": ("root", *_SELECTION, "hook_timeout", "simulate", "simulate_node", *_LOGS),
     "demo": (*_SELECTION, "hook_timeout", "simulate_node", "node_name", "otlp_endpoint", *_LOGS),
@@ -143,7 +145,29 @@ def build_parser() -> argparse.ArgumentParser:
         "devices", "enumerate once and print each resource's devices, health and NUMA nodes"
     )
     devices.add_argument("--json", action="store_true", help="print JSON")
-    command("config", "validate the configuration and print the effective HostConfig")
+    config = command("config", "validate the configuration and print the effective HostConfig")
+    config.add_argument(
+        "--node-facts",
+        type=Path,
+        metavar="FILE",
+        help="node name and labels (YAML; or a Node from kubectl get node -o yaml): "
+        "print the config with the profile that node gets",
+    )
+    mounts = command(
+        "mounts",
+        "list the host paths the pod must mount: every driver's declared paths and the host's own",
+    )
+    mounts.add_argument(
+        "--output",
+        choices=["table", "json", "kustomize"],
+        default="table",
+        help="table for people, json for generators, kustomize for a strategic-merge patch",
+    )
+    mounts.add_argument(
+        "--drivers-only",
+        action="store_true",
+        help="leave out the host's own paths (for a vendor component's patch)",
+    )
     demo = command(
         "demo", "run a simulated node against a built-in kubelet stand-in and narrate it"
     )
@@ -340,9 +364,18 @@ def _command(args: argparse.Namespace) -> int:
         if args.command == "config":
             import yaml
 
+            from devicehost.profiles import facts_file, with_profile
+
+            if args.node_facts:
+                config, profile = with_profile(config, facts_file(args.node_facts))
+                print(f"# profile: {profile.name if profile else '(none: base settings)'}")
             asyncio.run(_check_driver_sections(config))
-            print(yaml.safe_dump(config.to_document(), sort_keys=False), end="")
+            print(yaml.safe_dump(config.to_document(redact=True), sort_keys=False), end="")
             return 0
+        if args.command == "mounts":
+            from devicehost.mounts import mounts_command
+
+            return asyncio.run(mounts_command(config, args.output, args.drivers_only))
         if args.command == "drivers":
             return asyncio.run(_drivers(config, args.json))
         if args.command == "devices":

@@ -18,8 +18,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from devicehost.errors import ConfigError
+from devicehost.profiles import Profile, parse_profiles
 
 API_VERSION = "devicehost/v1"
 KIND = "HostConfig"
@@ -137,6 +139,18 @@ def _driver_sections(value: Any) -> dict[str, dict[str, Any]]:
     return {str(k): dict(v or {}) for k, v in value.items()}
 
 
+def redact_url(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced by ``***@``: an endpoint may carry
+    credentials, and logs and printed configs must never show them."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "***"
+    if "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
+
+
 @dataclass(frozen=True)
 class Setting:
     """One configurable value: its key path in the file, env var, parser and help text."""
@@ -170,6 +184,8 @@ class HostConfig:
     log_level: str = "info"
     metrics_address: str = "127.0.0.1:9400"
     otlp_endpoint: str = ""
+    feature_file: Path | None = None
+    profiles: tuple[Profile, ...] = ()
     drivers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
@@ -179,12 +195,17 @@ class HostConfig:
     def driver_section(self, name: str) -> Mapping[str, Any]:
         return self.drivers.get(name, {})
 
-    def to_document(self) -> dict[str, Any]:
-        """The config as a HostConfig YAML document (what ``devicehost config`` prints)."""
+    def to_document(self, redact: bool = False) -> dict[str, Any]:
+        """The config as a HostConfig YAML document (what ``devicehost config`` prints,
+        with ``redact``: credentials in the OTLP endpoint hidden)."""
         doc: dict[str, Any] = {"apiVersion": API_VERSION, "kind": KIND}
         for setting in SETTINGS:
             value = getattr(self, setting.attr)
-            if isinstance(value, Path):
+            if redact and setting.attr == "otlp_endpoint" and value:
+                value = redact_url(value)
+            if setting.attr == "profiles":
+                value = [p.to_document() for p in value]
+            elif isinstance(value, Path):
                 value = str(value)
             elif isinstance(value, tuple):
                 value = list(value)
@@ -326,6 +347,20 @@ SETTINGS: tuple[Setting, ...] = (
         "OTLP endpoint for traces (OTEL_EXPORTER_OTLP_ENDPOINT also works; empty: off)",
     ),
     Setting(
+        "labels.featureFile",
+        "feature_file",
+        _optional_path,
+        "DEVICEHOST_FEATURE_FILE",
+        "node-feature-discovery local feature file for the drivers' labels (empty: off)",
+    ),
+    Setting(
+        "profiles",
+        "profiles",
+        parse_profiles,
+        None,
+        "per-node driver settings, chosen by node name pattern or driver labels",
+    ),
+    Setting(
         "drivers",
         "drivers",
         _driver_sections,
@@ -452,8 +487,12 @@ def load_config(
         if raw is not None:
             setting = by_attr[attr]
             values[attr] = _parse(setting, raw, f"flag --{attr.replace('_', '-')}")
-    if "otlp_endpoint" not in values and env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-        values["otlp_endpoint"] = env["OTEL_EXPORTER_OTLP_ENDPOINT"]
+    # The standard variables, the traces-specific one first (OTLP exporter specification).
+    standard = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    if "otlp_endpoint" not in values and standard:
+        values["otlp_endpoint"] = standard
     if not values.get("node_name") and env.get("NODE_NAME"):
         values["node_name"] = env["NODE_NAME"]
     return dataclasses.replace(HostConfig(), **values)

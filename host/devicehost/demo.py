@@ -21,9 +21,10 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from devicehost.config import HostConfig
+from devicehost.config import HostConfig, redact_url
 from devicehost.errors import DriverError
 from devicehost.model import ContainerEdits
+from devicehost.telemetry import tracing
 from devicehost.testing.hostthread import HostThread
 from devicehost.testing.kubelet import KubeletStandIn
 from devicehost.testing.otlp import OtlpReceiver, attributes
@@ -185,7 +186,7 @@ class Tour:
 
 def _print_spans(receiver: OtlpReceiver | None, endpoint: str) -> None:
     if receiver is None:
-        print(f"  spans exported to {endpoint} (OTLP); look for service 'devicehost'")
+        print(f"  spans exported to {redact_url(endpoint)} (OTLP); look for service 'devicehost'")
         return
     time.sleep(0.3)  # one more export batch
     names = Counter(span.name for span in receiver.spans)
@@ -197,9 +198,10 @@ def _print_spans(receiver: OtlpReceiver | None, endpoint: str) -> None:
         print(f"    {count:>3} x {name}")
     for span in receiver.named("devicehost/PodIdentity")[:3]:
         attrs = attributes(span)
+        namespace, pod = attrs[tracing.WORKLOAD_NAMESPACE], attrs[tracing.WORKLOAD_POD]
         print(
-            f"    pod identity: {attrs['k8s.namespace.name']}/{attrs['k8s.pod.name']} "
-            f"container {attrs['k8s.container.name']} got "
+            f"    pod identity: {namespace}/{pod} "
+            f"container {attrs[tracing.WORKLOAD_CONTAINER]} got "
             f"{', '.join(attrs['devicehost.device_ids.requested'])}"
         )
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from devicehost import profiles
 from devicehost.compose import PolicyChain
 from devicehost.config import HostConfig
 from devicehost.drivers.discovery import DriverInfo, DriverStatus, PluginSet, load_plugins
@@ -34,6 +35,7 @@ from devicehost.drivers.scan import Scanner
 from devicehost.drivers.snapshots import ResourceState
 from devicehost.drivers.supervisor import DriverFinal, DriverHandle
 from devicehost.errors import ConfigError, DriverError
+from devicehost.features import NodeLabels
 from devicehost.kubelet.podresources import PodResolver
 from devicehost.kubelet.restart_watch import DirectoryWatcher, file_identity
 from devicehost.kubelet.runner import ResourceRunner
@@ -89,6 +91,9 @@ class Host:
         self.watcher = DirectoryWatcher(config.plugin_dir)
         self.status_server: StatusServer | None = None
         self.policies: PolicyChain | None = None
+        self.node_labels = (
+            NodeLabels(config.feature_file, config.hook_timeout) if config.feature_file else None
+        )
         self._serving = False
         self._tasks: list[asyncio.Task[None]] = []
         self._driver_tasks: list[asyncio.Task[None]] = []
@@ -177,6 +182,8 @@ class Host:
             asyncio.create_task(self._count_kubelet_restarts(), name="kubelet-restarts")
         )
         self._serving = True
+        if self.node_labels is not None:
+            self._tasks.append(asyncio.create_task(self.node_labels.run(), name="node-labels"))
         await self._launch(START_WAIT_SECONDS)
         log.info(
             "serving %d resources: %s", len(self.resources), ", ".join(self.resources) or "none"
@@ -305,6 +312,8 @@ class Host:
         if self._serving:
             for resource_name in states:
                 self._serve(self.resources[resource_name])
+            if self.node_labels is not None:
+                await self.node_labels.add(handle, states.values())
         # A change between the first snapshot and the watch's own baseline would be missed:
         # the worker notifies once as each watch starts, and the scan that follows sees it.
         process.start_watches(list(states))
@@ -477,6 +486,8 @@ class Host:
                     STOP_TASKS_SECONDS,
                 )
         self.watcher.close()
+        if self.node_labels and self._serving:
+            self.node_labels.close()
         closing = [workers, self.telemetry.close()]
         if self.status_server:
             closing.append(self.status_server.close())
@@ -520,7 +531,9 @@ async def serve(
                 "SIGHUP ignored: devicehost does not reload its config; restart it to apply one"
             ),
         )
-    host = host or Host(config)
+    if host is None:
+        config = await profiles.for_this_node(config, _probe_labels)
+        host = Host(config)
     starting = asyncio.create_task(host.start(), name="start")
     stopping = asyncio.create_task(stop.wait(), name="stop-signal")
     try:
@@ -534,3 +547,17 @@ async def serve(
             task.cancel()
         await asyncio.gather(starting, stopping, return_exceptions=True)
         await host.stop()
+
+
+async def _probe_labels(config: HostConfig) -> dict[str, str]:
+    """The drivers' labels under ``config``, from a host that is stopped again at once."""
+    probe = Host(config, telemetry=Telemetry())
+    try:
+        await probe.prepare()
+        labels = NodeLabels(Path("/dev/null"), config.hook_timeout)
+        for handle in probe.drivers.values():
+            if handle.up:
+                await labels.add(handle, (), write=False)
+        return labels.labels()
+    finally:
+        await probe.stop()

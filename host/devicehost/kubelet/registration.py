@@ -21,7 +21,16 @@ from tenacity.wait import wait_exponential_jitter
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from devicehost.telemetry.tracing import ATTEMPT, RESOURCE, Tracing, fail
+from devicehost.telemetry.tracing import (
+    ATTEMPT,
+    REGISTRATION_SERVICE,
+    RESOURCE,
+    SERVER_ADDRESS,
+    Tracing,
+    fail,
+    rpc_attributes,
+    set_rpc_status,
+)
 
 log = logging.getLogger(__name__)
 
@@ -138,14 +147,13 @@ async def register(
         with attempt:
             attempts += 1
             attributes: dict[str, AttributeValue] = {
-                "rpc.system": "grpc",
-                "rpc.service": "v1beta1.Registration",
-                "rpc.method": "Register",
+                **rpc_attributes(REGISTRATION_SERVICE, "Register"),
+                SERVER_ADDRESS: str(kubelet_socket),
                 RESOURCE: resource,
                 ATTEMPT: attempts,
             }
             with tracer.start_as_current_span(
-                "v1beta1.Registration/Register",
+                f"{REGISTRATION_SERVICE}/Register",
                 kind=SpanKind.CLIENT,
                 attributes=attributes,
                 record_exception=False,
@@ -157,12 +165,12 @@ async def register(
                             request, timeout=REGISTER_TIMEOUT_SECONDS
                         )
                 except grpc.aio.AioRpcError as exc:
-                    span.set_attribute("rpc.grpc.status_code", exc.code().value[0])
+                    set_rpc_status(span, exc.code().name)
                     fail(span, exc, exc.details())
                     if on_attempt:
                         on_attempt(resource, "rejected" if rejected(exc) else "unreachable")
                     raise
-                span.set_attribute("rpc.grpc.status_code", grpc.StatusCode.OK.value[0])
+                set_rpc_status(span, grpc.StatusCode.OK.name)
             if on_attempt:
                 on_attempt(resource, "ok")
     _MISSING_KUBELET_REPORTED.discard(kubelet_socket)

@@ -332,9 +332,9 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 refusal = Refusal(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
                 fail(span, exc)
             else:
-                span.set_attribute("rpc.grpc.status_code", grpc.StatusCode.OK.value[0])
+                tracing.set_rpc_status(span, grpc.StatusCode.OK.name)
                 return result
-            span.set_attribute("rpc.grpc.status_code", refusal.code.value[0])
+            tracing.set_rpc_status(span, refusal.code.name)
         await context.abort(refusal.code, refusal.message)
         raise AssertionError("unreachable: abort raises")
 
@@ -385,7 +385,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             answers = []
             for index, container in enumerate(request.container_requests):
                 chosen = await self.prefer_one(container)
-                span.set_attribute(f"{tracing.CHOSEN}.{index}", chosen)
+                tracing.record_choice(span, index, chosen)
                 answers.append(pb.ContainerPreferredAllocationResponse(deviceIDs=chosen))
             return pb.PreferredAllocationResponse(container_responses=answers)
 

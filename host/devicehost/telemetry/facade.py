@@ -34,10 +34,11 @@ POD_IDENTITY_SPAN = "devicehost/PodIdentity"
 
 
 def pod_attributes(identity: PodIdentity) -> dict[str, str]:
+    """The workload's identity, under keys of its own (never devicehost's own k8s.pod.*)."""
     return {
-        tracing.POD: identity.pod,
-        tracing.NAMESPACE: identity.namespace,
-        tracing.CONTAINER: identity.container,
+        tracing.WORKLOAD_POD: identity.pod,
+        tracing.WORKLOAD_NAMESPACE: identity.namespace,
+        tracing.WORKLOAD_CONTAINER: identity.container,
     }
 
 

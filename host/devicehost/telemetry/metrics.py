@@ -1,17 +1,29 @@
-"""Prometheus metrics: a tiny registry and the text exposition format.
+"""Prometheus metrics, exposed through ``prometheus_client``.
 
-Why not prometheus_client: seven metrics do not need another dependency, and the host's
-event loop is the only writer, so no locks are needed. Gauges that describe current state
-(devices per health, driver info) are computed at scrape time from the host, never kept
-in two places.
+The library owns the exposition format (escaping, histogram buckets, content type), so
+nothing here writes protocol text. Each host gets a registry of its own: several hosts in
+one process (tests, the demo) never share a counter. Gauges that describe current state
+(devices per health, driver info) are computed at scrape time by a custom collector from
+the host itself, never kept in two places.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
-Labels = tuple[tuple[str, str], ...]
+import prometheus_client
+import prometheus_client.exposition
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+#: The ``Content-Type`` of ``Metrics.render()``: ``generate_latest`` writes the classic
+#: text format, version 0.0.4, which every Prometheus reads.
+CONTENT_TYPE = prometheus_client.exposition.CONTENT_TYPE_PLAIN_0_0_4
+
+# A ``_created`` series beside every counter and histogram doubles the series count for a
+# start time Prometheus already has from the process; the names stay the documented ones.
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 DURATION_BUCKETS = (
     0.0005,
@@ -30,141 +42,137 @@ DURATION_BUCKETS = (
     10.0,
 )
 
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(labels: Labels, extra: str = "") -> str:
-    parts = [f'{k}="{_escape(v)}"' for k, v in labels]
-    if extra:
-        parts.append(extra)
-    return "{" + ",".join(parts) + "}" if parts else ""
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
+Samples = Iterable[tuple[dict[str, str], float]]
 
 
 class Counter:
-    def __init__(self, name: str, help_text: str, label_names: Sequence[str] = ()) -> None:
-        self.name, self.help, self.label_names = name, help_text, tuple(label_names)
-        self.values: dict[Labels, float] = {}
+    """A counter with named labels; ``value`` reads one series back (tests, the demo)."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        name: str,
+        help_text: str,
+        label_names: Sequence[str] = (),
+    ) -> None:
+        # prometheus_client appends ``_total`` itself: give it the name without.
+        self.name = name
+        self.label_names = tuple(label_names)
+        self._registry = registry
+        self._counter = prometheus_client.Counter(
+            name.removesuffix("_total"), help_text, self.label_names, registry=registry
+        )
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
-        key = tuple((n, labels[n]) for n in self.label_names)
-        self.values[key] = self.values.get(key, 0.0) + amount
+        target = self._counter.labels(**labels) if self.label_names else self._counter
+        target.inc(amount)
 
     def value(self, **labels: str) -> float:
-        return self.values.get(tuple((n, labels[n]) for n in self.label_names), 0.0)
-
-    def render(self) -> Iterable[str]:
-        yield f"# HELP {self.name} {self.help}"
-        yield f"# TYPE {self.name} counter"
-        for key, value in sorted(self.values.items()):
-            yield f"{self.name}{_labels(key)} {_number(value)}"
+        wanted = {n: labels[n] for n in self.label_names}
+        return self._registry.get_sample_value(self.name, wanted) or 0.0
 
 
 class Histogram:
+    """A histogram with named labels; ``count`` reads one series' observation count."""
+
     def __init__(
         self,
+        registry: CollectorRegistry,
         name: str,
         help_text: str,
         label_names: Sequence[str] = (),
         buckets: Sequence[float] = DURATION_BUCKETS,
     ) -> None:
-        self.name, self.help, self.label_names = name, help_text, tuple(label_names)
-        self.buckets = tuple(buckets)
-        self.series: dict[Labels, tuple[list[int], list[float]]] = {}
+        self.name = name
+        self.label_names = tuple(label_names)
+        self._registry = registry
+        self._histogram = prometheus_client.Histogram(
+            name, help_text, self.label_names, registry=registry, buckets=tuple(buckets)
+        )
 
     def observe(self, value: float, **labels: str) -> None:
-        key = tuple((n, labels[n]) for n in self.label_names)
-        counts, totals = self.series.setdefault(key, ([0] * (len(self.buckets) + 1), [0.0]))
-        counts[bisect.bisect_left(self.buckets, value)] += 1
-        totals[0] += value
+        target = self._histogram.labels(**labels) if self.label_names else self._histogram
+        target.observe(value)
 
     def count(self, **labels: str) -> int:
-        series = self.series.get(tuple((n, labels[n]) for n in self.label_names))
-        return sum(series[0]) if series else 0
-
-    def render(self) -> Iterable[str]:
-        yield f"# HELP {self.name} {self.help}"
-        yield f"# TYPE {self.name} histogram"
-        for key, (counts, totals) in sorted(self.series.items()):
-            running = 0
-            bounds = [*map(_number, self.buckets), "+Inf"]
-            for bound, count in zip(bounds, counts, strict=True):
-                running += count
-                le = 'le="' + bound + '"'
-                yield f"{self.name}_bucket{_labels(key, le)} {running}"
-            yield f"{self.name}_sum{_labels(key)} {_number(totals[0])}"
-            yield f"{self.name}_count{_labels(key)} {running}"
+        wanted = {n: labels[n] for n in self.label_names}
+        return int(self._registry.get_sample_value(f"{self.name}_count", wanted) or 0)
 
 
 class Gauge:
-    """A gauge whose samples come from a function at scrape time."""
+    """A gauge whose samples come from ``collect()`` at scrape time."""
 
-    def __init__(
-        self,
-        name: str,
-        help_text: str,
-        collect: Callable[[], Iterable[tuple[dict[str, str], float]]],
-    ) -> None:
+    def __init__(self, name: str, help_text: str, collect: Callable[[], Samples]) -> None:
         self.name, self.help, self.collect = name, help_text, collect
 
-    def render(self) -> Iterable[str]:
-        yield f"# HELP {self.name} {self.help}"
-        yield f"# TYPE {self.name} gauge"
-        for labels, value in self.collect():
-            yield f"{self.name}{_labels(tuple(labels.items()))} {_number(value)}"
+
+class _ScrapeTimeGauges(Collector):
+    """The custom collector behind every ``Gauge``: asks the host at each scrape."""
+
+    def __init__(self) -> None:
+        self.gauges: list[Gauge] = []
+
+    def collect(self) -> Iterator[Metric]:
+        for gauge in self.gauges:
+            samples = list(gauge.collect())
+            names = list(dict.fromkeys(k for labels, _ in samples for k in labels))
+            family = GaugeMetricFamily(gauge.name, gauge.help, labels=names)
+            for labels, value in samples:
+                family.add_metric([labels.get(n, "") for n in names], value)
+            yield family
+
+    def describe(self) -> Iterator[Metric]:
+        # Describing would call the host at registration time; an empty answer tells the
+        # registry not to check names up front.
+        return iter(())
 
 
 class Metrics:
     """Every devicehost metric. Names and labels are documented in docs/observability.md."""
 
     def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
         self.allocations = Counter(
+            self.registry,
             "devicehost_allocations_total",
             "Container allocations answered, by resource and result (ok or the gRPC code).",
             ("resource", "result"),
         )
         self.allocate_duration = Histogram(
+            self.registry,
             "devicehost_allocate_duration_seconds",
             "Time to answer one Allocate request, driver included.",
             ("resource",),
         )
         self.registrations = Counter(
+            self.registry,
             "devicehost_registrations_total",
             "Registration attempts with the kubelet, by resource and result.",
             ("resource", "result"),
         )
         self.kubelet_restarts = Counter(
+            self.registry,
             "devicehost_kubelet_restarts_total",
             "Times kubelet.sock was (re-)created while devicehost ran.",
         )
         self.driver_errors = Counter(
+            self.registry,
             "devicehost_driver_errors_total",
             "Driver hook calls that raised, timed out or returned invalid data.",
             ("driver", "hook"),
         )
         self.driver_restarts = Counter(
+            self.registry,
             "devicehost_driver_restarts_total",
             "Times a driver's worker process was started again after it went down.",
             ("driver",),
         )
-        self.gauges: list[Gauge] = []
+        self._gauges = _ScrapeTimeGauges()
+        self.registry.register(self._gauges)
 
     def add_gauge(self, gauge: Gauge) -> None:
-        self.gauges.append(gauge)
+        self._gauges.gauges.append(gauge)
 
     def render(self) -> str:
-        metrics: list[Counter | Histogram | Gauge] = [
-            self.allocations,
-            self.allocate_duration,
-            self.registrations,
-            self.kubelet_restarts,
-            self.driver_errors,
-            self.driver_restarts,
-            *self.gauges,
-        ]
-        return "\n".join(line for metric in metrics for line in metric.render()) + "\n"
+        """Every metric in the Prometheus text format."""
+        return generate_latest(self.registry).decode()

@@ -2,6 +2,10 @@
 
 A few lines of asyncio instead of a web framework: three GET routes, served on the host's
 own event loop — so an answer from /healthz is itself proof that the loop is responsive.
+
+The address is ``host:port``. An empty host (``:9400``) listens on every address family the
+node has — IPv4 and IPv6 on a dual-stack node, IPv6 alone on an IPv6-only one — so the
+same DaemonSet probes work on any cluster; ``0.0.0.0:9400`` or ``[::]:9400`` pin one family.
 """
 
 from __future__ import annotations
@@ -9,8 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Callable
+
+from devicehost.telemetry.metrics import CONTENT_TYPE
 
 log = logging.getLogger(__name__)
 
@@ -26,22 +33,26 @@ class StatusServer:
         self, address: str, metrics: Callable[[], str], not_ready: Callable[[], list[str]]
     ) -> None:
         host, _, port = address.rpartition(":")
-        self.host = host.strip("[]") or "0.0.0.0"
+        #: None: every address family (see the module docstring).
+        self.host: str | None = host.strip("[]") or None
         self.port = int(port)
         self.metrics = metrics
         self.not_ready = not_ready
         self.lag = 0.0
-        self._server: asyncio.Server | None = None
+        self.addresses: list[str] = []
+        self._servers: list[asyncio.Server] = []
         self._heartbeat: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port)
-        sockets = self._server.sockets or ()
-        if sockets:
-            self.port = sockets[0].getsockname()[1]
+        for sock in _listening_sockets(self.host, self.port):
+            self._servers.append(await asyncio.start_server(self._handle, sock=sock))
+            host, port = sock.getsockname()[:2]
+            self.port = port
+            self.addresses.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
         self._heartbeat = asyncio.create_task(self._beat(), name="loop-heartbeat")
         log.info(
-            "metrics and probes on http://%s:%d (/metrics, /healthz, /readyz)", self.host, self.port
+            "metrics and probes on %s (/metrics, /healthz, /readyz)",
+            ", ".join(f"http://{a}" for a in self.addresses),
         )
 
     async def _beat(self) -> None:
@@ -53,7 +64,7 @@ class StatusServer:
 
     def _route(self, path: str) -> tuple[int, str, str]:
         if path == "/metrics":
-            return 200, "text/plain; version=0.0.4; charset=utf-8", self.metrics()
+            return 200, CONTENT_TYPE, self.metrics()
         if path == "/healthz":
             if self.lag > MAX_LOOP_LAG_SECONDS:
                 return 503, "text/plain", f"event loop lagging {self.lag:.1f} s\n"
@@ -103,6 +114,51 @@ class StatusServer:
     async def close(self) -> None:
         if self._heartbeat:
             self._heartbeat.cancel()
-        if self._server:
-            self._server.close()
-            await self._server.wait_closed()
+        for server in self._servers:
+            server.close()
+        for server in self._servers:
+            await server.wait_closed()
+
+
+def _listening_sockets(host: str | None, port: int) -> list[socket.socket]:
+    """One bound, listening socket per address family ``host`` resolves to.
+
+    With port 0 every family gets the port the first one was given, so the server has one
+    port. An IPv6 socket is IPv6-only: the IPv4 socket beside it answers IPv4, whether or
+    not the node maps IPv4 into IPv6. For the wildcard host a family the node lacks (IPv6
+    disabled in the kernel) is skipped; the first error is raised only if no family binds.
+    """
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    first_error: OSError | None = None
+    seen: set[tuple[int, object]] = set()
+    for family, kind, proto, _, sockaddr in infos:
+        if (family, sockaddr[0]) in seen:
+            continue
+        seen.add((family, sockaddr[0]))
+        bound_port = sockets[0].getsockname()[1] if sockets else port
+        try:
+            sock = socket.socket(family, kind, proto)
+        except OSError as exc:
+            first_error = first_error or exc
+            continue
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind((sockaddr[0], bound_port, *sockaddr[2:]))
+            sock.listen(100)
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            if host is not None:
+                for other in sockets:
+                    other.close()
+                raise
+            log.debug("status server: no %s listener: %s", family.name, exc)
+            first_error = first_error or exc
+            continue
+        sockets.append(sock)
+    if not sockets:
+        raise first_error or OSError(f"no address to listen on for {host!r}")
+    return sockets

@@ -3,11 +3,19 @@ every registration attempt.
 
 Tracing is off (a no-op tracer, no cost beyond a function call) unless an OTLP endpoint is
 configured (``tracing.otlpEndpoint``, ``DEVICEHOST_OTLP_ENDPOINT`` or the standard
-``OTEL_EXPORTER_OTLP_ENDPOINT``). Spans are exported in batches by the SDK's background
-thread, off the request path. The sampler is the SDK's standard one (``OTEL_TRACES_SAMPLER``).
-The exporter protocol follows ``OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL``: ``grpc`` or
-``http/protobuf``; when unset, an endpoint on port 4318 or ending in ``/v1/traces`` means
-HTTP, anything else gRPC.
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``). Spans are exported
+in batches off the request path. The sampler is the SDK's standard one
+(``OTEL_TRACES_SAMPLER``); ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` are read
+by the SDK. The exporter protocol follows ``OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL``: ``grpc``
+or ``http/protobuf``; when unset, an endpoint on port 4318 or ending in ``/v1/traces``
+means HTTP, anything else gRPC. As the OTLP exporter specification says, a traces-specific
+HTTP endpoint is used as given, while ``/v1/traces`` is appended to a generic one.
+
+Span shapes follow the OpenTelemetry semantic conventions for RPC as stabilised after
+v1.37 (semantic-conventions ``docs/rpc/rpc-spans.md`` and ``docs/rpc/grpc.md``):
+``rpc.system.name``, a fully qualified ``rpc.method`` that is also the span name,
+``rpc.response.status_code`` as the status name and ``error.type`` on failure. Every
+attribute key is a constant below; none is built at run time.
 
 The kubelet sends no trace context, so request spans are roots — unless a ``traceparent``
 arrives in the gRPC metadata, which is honoured.
@@ -15,10 +23,12 @@ arrives in the gRPC metadata, which is honoured.
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -28,6 +38,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.propagate import extract
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from devicehost.config import redact_url
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is on: start-up stays fast
     from opentelemetry.sdk.trace import TracerProvider
@@ -48,9 +60,62 @@ CONTAINER_INDEX = "devicehost.container.index"
 CONTAINER_COUNT = "devicehost.container.count"
 ATTEMPT = "devicehost.kubelet.registration.attempt"
 NODE = "k8s.node.name"
-POD = "k8s.pod.name"
-NAMESPACE = "k8s.namespace.name"
-CONTAINER = "k8s.container.name"
+# The workload that received devices. Not k8s.pod.name and friends: those describe the
+# process that emits the telemetry — devicehost's own pod, set as resource attributes by
+# deploy/components/otel — and one key must never name two different pods.
+WORKLOAD_POD = "devicehost.workload.pod.name"
+WORKLOAD_NAMESPACE = "devicehost.workload.namespace.name"
+WORKLOAD_CONTAINER = "devicehost.workload.container.name"
+# RPC semantic conventions (see the module docstring).
+RPC_SYSTEM = "rpc.system.name"
+RPC_METHOD = "rpc.method"
+RPC_STATUS = "rpc.response.status_code"
+ERROR_TYPE = "error.type"
+SERVER_ADDRESS = "server.address"
+SERVICE_INSTANCE = "service.instance.id"
+POD_UID = "k8s.pod.uid"
+#: One event per container on a GetPreferredAllocation span, carrying CONTAINER_INDEX and
+#: CHOSEN: a request may hold several containers, and keys stay constant.
+CHOICE_EVENT = "devicehost.preferred_allocation.choice"
+#: The namespace the semantic conventions give for a UUIDv5 service.instance.id
+#: (semantic-conventions, attributes registry, ``service.instance.id``).
+INSTANCE_NAMESPACE = uuid.UUID("4d63009a-8d0f-11ee-aad7-4c796ed8e320")
+
+DEVICE_PLUGIN_SERVICE = "v1beta1.DevicePlugin"
+REGISTRATION_SERVICE = "v1beta1.Registration"
+
+
+def rpc_attributes(service: str, method: str) -> dict[str, str]:
+    """The attributes every RPC span starts with; ``rpc.method`` is fully qualified."""
+    return {RPC_SYSTEM: "grpc", RPC_METHOD: f"{service}/{method}"}
+
+
+def set_rpc_status(span: Span, code_name: str) -> None:
+    """Record the gRPC status by name (``OK``, ``INVALID_ARGUMENT``…); non-OK is an error."""
+    span.set_attribute(RPC_STATUS, code_name)
+    if code_name != "OK":
+        span.set_attribute(ERROR_TYPE, code_name)
+
+
+def record_choice(span: Span, index: int, chosen: list[str]) -> None:
+    """One container's preferred devices, as an event on the GetPreferredAllocation span."""
+    span.add_event(CHOICE_EVENT, {CONTAINER_INDEX: index, CHOSEN: chosen})
+
+
+def instance_id(resource_attributes: Mapping[str, Any]) -> str:
+    """``service.instance.id``: a UUIDv5 of the pod UID when known (stable for the pod's
+    life), else a random UUIDv4, as the semantic conventions recommend."""
+    pod_uid = resource_attributes.get(POD_UID)
+    if pod_uid:
+        return str(uuid.uuid5(INSTANCE_NAMESPACE, str(pod_uid)))
+    return str(uuid.uuid4())
+
+
+def traces_endpoint(env: Mapping[str, str]) -> str:
+    """The standard variables' endpoint for traces: the traces-specific one first."""
+    return env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT", ""
+    )
 
 
 def _protocol(endpoint: str, env: Mapping[str, str]) -> str:
@@ -61,20 +126,43 @@ def _protocol(endpoint: str, env: Mapping[str, str]) -> str:
     return "http/protobuf" if url.port == 4318 or url.path.endswith("/v1/traces") else "grpc"
 
 
+def _split_credentials(endpoint: str) -> tuple[str, dict[str, str]]:
+    """The endpoint without ``user:password@``, and those credentials as a Basic
+    ``authorization`` header: what the URL meant, without the secret in the URL that
+    exporters and their errors may print."""
+    url = urlparse(endpoint)
+    if url.username is None and url.password is None:
+        return endpoint, {}
+    token = f"{url.username or ''}:{url.password or ''}".encode()
+    netloc = url.hostname or ""
+    if ":" in netloc:
+        netloc = f"[{netloc}]"
+    if url.port is not None:
+        netloc += f":{url.port}"
+    header = {"authorization": "Basic " + base64.b64encode(token).decode()}
+    return url._replace(netloc=netloc).geturl(), header
+
+
 def otlp_exporter(endpoint: str, env: Mapping[str, str] | None = None) -> SpanExporter:
     """The OTLP span exporter for ``endpoint``; imported lazily to keep start-up fast."""
     env = os.environ if env is None else env
-    if _protocol(endpoint, env) == "grpc":
+    given_for_traces = endpoint == env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    protocol = _protocol(endpoint, env)
+    endpoint, headers = _split_credentials(endpoint)
+    if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
         insecure = not endpoint.startswith("https://")
-        return OTLPSpanExporter(endpoint=endpoint, insecure=insecure)
+        return OTLPSpanExporter(endpoint=endpoint, insecure=insecure, headers=headers or None)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
         OTLPSpanExporter as HttpExporter,
     )
 
-    url = endpoint if endpoint.endswith("/v1/traces") else endpoint.rstrip("/") + "/v1/traces"
-    return HttpExporter(endpoint=url)
+    if given_for_traces or endpoint.endswith("/v1/traces"):
+        url = endpoint
+    else:
+        url = endpoint.rstrip("/") + "/v1/traces"
+    return HttpExporter(endpoint=url, headers=headers or None)
 
 
 class Activity:
@@ -129,11 +217,16 @@ class Tracing:
         }
         if node_name:
             attributes[NODE] = node_name
+        # OTEL_RESOURCE_ATTRIBUTES (read by Resource.create) may name the instance or the
+        # pod UID; only when it names no instance is one made here.
+        from_env = Resource.create({}).attributes
+        if SERVICE_INSTANCE not in from_env:
+            attributes[SERVICE_INSTANCE] = instance_id(from_env)
         provider = TracerProvider(resource=Resource.create(attributes))
         exporter = exporter or otlp_exporter(endpoint)
         tracing = cls(provider, node_name, exporter)
         provider.add_span_processor(IdleSpanProcessor(exporter, tracing.activity))
-        log.info("tracing to %s", endpoint or type(exporter).__name__)
+        log.info("tracing to %s", redact_url(endpoint) if endpoint else type(exporter).__name__)
         return tracing
 
     def shutdown(self, flush_seconds: float = FLUSH_SECONDS) -> None:
@@ -173,9 +266,7 @@ class Tracing:
         carrier = {k: v for k, v in metadata or () if isinstance(v, str)}
         parent = extract(carrier) if "traceparent" in carrier else otel_context.Context()
         attributes = {
-            "rpc.system": "grpc",
-            "rpc.service": "v1beta1.DevicePlugin",
-            "rpc.method": method,
+            **rpc_attributes(DEVICE_PLUGIN_SERVICE, method),
             RESOURCE: resource,
             DRIVER: driver.name,
             DRIVER_VERSION: driver.info.version,
@@ -185,7 +276,7 @@ class Tracing:
         self.activity.begin()
         try:
             with self.tracer.start_as_current_span(
-                f"v1beta1.DevicePlugin/{method}",
+                attributes[RPC_METHOD],
                 context=parent,
                 kind=SpanKind.SERVER,
                 attributes=attributes,
