@@ -16,6 +16,7 @@ Tests skip, saying why, only where ``kubectl`` or ``hadolint`` cannot be found.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import itertools
 import os
@@ -36,6 +37,7 @@ import yaml
 from devicehost import HostPath
 from devicehost.config import HostConfig, load_config
 from devicehost.drivers.discovery import load_plugins
+from devicehost.mounts import declared_by_drivers
 from devicehost.mounts import HOST, Declared, PlannedMount, clean_declarations, host_own_paths
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -392,21 +394,12 @@ def test_daemonset_shares_no_host_namespace(name: str) -> None:
 
 @functools.cache
 def _driver_declarations() -> dict[str, tuple[Declared, ...]]:
-    """Each bundled driver's host paths: its own declaration when it has one, else PENDING."""
+    """Each bundled driver's host paths, asked of it in its own worker (no configure)."""
     plugins = load_plugins()
+    found, _ = asyncio.run(declared_by_drivers(plugins.drivers, 10.0, 30.0))
     declared: dict[str, tuple[Declared, ...]] = {}
-    try:
-        for driver in plugins.drivers:
-            if driver.implements("devicehost_host_paths"):
-                answers = driver.call("devicehost_host_paths")
-                declared[driver.name] = tuple(clean_declarations(driver.name, answers))
-            elif driver.name in PENDING:
-                declared[driver.name] = tuple(
-                    clean_declarations(driver.name, [PENDING[driver.name]])
-                )
-    finally:
-        for driver in plugins.drivers:
-            driver.pool.close()
+    for item in found:
+        declared[item.owner] = (*declared.get(item.owner, ()), item)
     return declared
 
 

@@ -219,7 +219,7 @@ def test_labels_land_in_the_feature_file_and_follow_device_changes(alpha, kubele
         f"{NFD}/alpha.family=910B",
         f"{NFD}/alpha.present=true",
     ]
-    host.call(plugin(host).set_health, RES, "dev-1", False)
+    plugin(host).set_health(RES, "dev-1", False)
     eventually(lambda: f"{NFD}/alpha.count=1" in feature_lines(feature_file))
     host.stop()
     assert not feature_file.exists()

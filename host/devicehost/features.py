@@ -47,28 +47,27 @@ _VALUE = re.compile(r"([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?")
 _NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
 
 
-def clean_labels(driver: str, answers: Any) -> dict[str, str]:
-    """The valid labels of one driver's ``devicehost_labels`` answers (pluggy's list of
-    mappings), as full label names; every bad entry is dropped with a log line naming the
+def clean_labels(driver: str, answer: Any) -> dict[str, str]:
+    """The valid labels of one driver's ``devicehost_labels`` answer (plain data from its
+    worker), as full label names; every bad entry is dropped with a log line naming the
     driver, the key and the rule."""
+    if answer is None:
+        return {}
+    if not isinstance(answer, Mapping):
+        log.error(
+            "driver %r, hook %s: returned %s, expected a mapping of key to value; ignored",
+            driver,
+            HOOK,
+            type(answer).__name__,
+        )
+        return {}
     labels: dict[str, str] = {}
-    for answer in answers or ():
-        if answer is None:
+    for key, value in answer.items():
+        problem = _problem(driver, key, value)
+        if problem:
+            log.error("driver %r, hook %s: %s; label dropped", driver, HOOK, problem)
             continue
-        if not isinstance(answer, Mapping):
-            log.error(
-                "driver %r, hook %s: returned %s, expected a mapping of key to value; ignored",
-                driver,
-                HOOK,
-                type(answer).__name__,
-            )
-            continue
-        for key, value in answer.items():
-            problem = _problem(driver, key, value)
-            if problem:
-                log.error("driver %r, hook %s: %s; label dropped", driver, HOOK, problem)
-                continue
-            labels[f"{NAMESPACE}/{driver}.{key}"] = value
+        labels[f"{NAMESPACE}/{driver}.{key}"] = value
     return labels
 
 

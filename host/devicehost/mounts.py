@@ -22,7 +22,7 @@ import asyncio
 import logging
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from devicehost.drivers.discovery import DRIVER_GROUP, DriverInfo
 from devicehost.drivers.process import WorkerExited, WorkerProcess
 from devicehost.errors import DriverError, DriverUnavailable
-from devicehost.model import HostPath
+from devicehost.validation import Invalid, host_paths_from_plain
 
 if TYPE_CHECKING:
     from devicehost.config import HostConfig
@@ -149,32 +149,34 @@ def host_own_paths(config: HostConfig) -> list[Declared]:
     return own
 
 
-def clean_declarations(driver: str, answers: Any) -> list[Declared]:
-    """A driver's ``devicehost_host_paths`` answers (pluggy's list of sequences) as
-    ``Declared``; anything that is not a ``HostPath`` is dropped with a log line."""
+def clean_declarations(driver: str, answer: Any) -> list[Declared]:
+    """A driver's ``devicehost_host_paths`` answer (plain data from its worker) rebuilt as
+    ``Declared``; anything that is not a valid HostPath is dropped with a log line."""
+    if answer is None:
+        return []
+    if not isinstance(answer, list):
+        log.error(
+            "driver %r, hook %s: returned %r, expected a sequence of HostPath; ignored",
+            driver,
+            HOOK,
+            answer,
+        )
+        return []
     declared: list[Declared] = []
-    for answer in answers or ():
-        if answer is None:
-            continue
-        if isinstance(answer, str | bytes) or not isinstance(answer, Iterable):
+    for item in answer:
+        try:
+            (path,) = host_paths_from_plain([item])
+        except Invalid as exc:
             log.error(
-                "driver %r, hook %s: returned %r, expected a sequence of HostPath; ignored",
+                "driver %r, hook %s: %r is not a devicehost.HostPath (%s); dropped",
                 driver,
                 HOOK,
-                answer,
+                item,
+                exc,
             )
             continue
-        for item in answer:
-            if type(item) is not HostPath:
-                log.error(
-                    "driver %r, hook %s: %r is not a devicehost.HostPath; dropped",
-                    driver,
-                    HOOK,
-                    item,
-                )
-                continue
-            path = item.path.rstrip("/") or "/"
-            declared.append(Declared(driver, path, item.purpose, item.at_real_path))
+        where = path.path.rstrip("/") or "/"
+        declared.append(Declared(driver, where, path.purpose, path.at_real_path))
     return declared
 
 

@@ -16,7 +16,9 @@ from testdrivers.scripted import Scripted
 class Labelled(Scripted):
     @hookimpl
     def devicehost_labels(self) -> Mapping[str, Any]:
-        healthy = sum(d.healthy for devices in self.devices.values() for d in devices.values())
+        healthy = sum(
+            d.get("health") == "Healthy" for devices in self._devices().values() for d in devices
+        )
         return {
             "present": "true",
             "count": str(healthy),
@@ -31,7 +33,7 @@ class Labelled(Scripted):
         return [
             HostPath(
                 path="/sys/class/widget",
-                purpose=f"widget health ({'configured' if self.root else 'unconfigured'})",
+                purpose=f"widget health ({'configured' if self.dir.exists() else 'unconfigured'})",
             ),
             HostPath(path="/sys/class/widget/widget0", purpose="inside the one above"),
             HostPath(path="/opt/widget/lib", purpose="vendor library", at_real_path=True),
