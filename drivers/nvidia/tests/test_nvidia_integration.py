@@ -47,11 +47,12 @@ def test_xid_turns_gpu_unhealthy_refused_then_healthy(kubelet, run_host) -> None
 
 
 def test_transient_xid_recovers_by_itself(kubelet, run_host) -> None:
-    """An Xid on a GPU that stays sound: Unhealthy, then Healthy once the quiet period passes."""
+    """An Xid whose catalog resolution is an application restart (94), on a GPU that stays
+    sound: Unhealthy, then Healthy once the quiet period passes."""
     host = run_host(enabled_drivers=("nvidia",), simulate=True, drivers=QUICK)
     kubelet.wait_registered(GPU)
     kubelet.wait_devices(GPU, lambda d: len(d) == 8)
-    _simulator(host).xid(6, 62)
+    _simulator(host).xid(6, 94)
     kubelet.wait_health(GPU, sim_uuid(6), "Unhealthy")
     kubelet.wait_health(GPU, sim_uuid(6), "Healthy")
 

@@ -87,16 +87,18 @@ class _Battery:
         self.report.devices[name] = len(devices)
         healthy = [d.id for d in devices if d.healthy]
         self.report.healthy[name] = len(healthy)
-        for device_id in healthy:
-            self.allocation(name, [device_id])
-        try:
-            self.call("devicehost_allocate", resource=name, device_ids=[UNKNOWN_ID])
-            self.problems.append(
-                f"{name}: allocate accepted the unknown ID {UNKNOWN_ID!r}; "
-                "it must raise (devicehost.UnknownDevice)"
-            )
-        except DriverError:
-            pass
+        # allocate is optional now (the host composes edits); check it only where it exists.
+        if self.driver.implements("devicehost_allocate"):
+            for device_id in healthy:
+                self.allocation(name, [device_id])
+            try:
+                self.call("devicehost_allocate", resource=name, device_ids=[UNKNOWN_ID])
+                self.problems.append(
+                    f"{name}: allocate accepted the unknown ID {UNKNOWN_ID!r}; "
+                    "it must raise (devicehost.UnknownDevice)"
+                )
+            except DriverError:
+                pass
         if self.driver.implements("devicehost_preferred_allocation") and healthy:
             self.preferred(name, healthy)
 
@@ -171,7 +173,7 @@ def check_driver(
     root = Path(root)
     try:
         if simulated:
-            battery.call("devicehost_simulate", root=root)
+            battery.call("devicehost_simulate", root=root, config=dict(config or {}), node="")
         battery.call(
             "devicehost_configure", config=dict(config or {}), root=root, simulated=simulated
         )
