@@ -108,6 +108,8 @@ def toolkit_spec(node: SimNode, driver_root: str = "") -> str:
 def build_tree(root: Path, node: SimNode, driver_root: str = "/") -> None:
     """Write the sysfs, /dev and /proc entries of ``node`` under ``root`` (additively);
     device nodes and libraries under ``driver_root`` (a driver container's root)."""
+    if not node.gpus:
+        return  # a machine without NVIDIA GPUs has none of their files
     fake = FakeRoot(root)
     prefix = "" if driver_root == "/" else driver_root.rstrip("/")
     for gpu in node.gpus:

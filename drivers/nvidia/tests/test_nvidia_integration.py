@@ -82,3 +82,23 @@ def test_shared_replicas_through_the_kubelet(kubelet, run_host) -> None:
     ids = [f"{sim_uuid(4)}::0", f"{sim_uuid(4)}::1"]
     response = kubelet.allocate("nvidia.com/gpu.shared", [ids])
     assert response.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == sim_uuid(4)
+
+
+def test_dgx_h100_through_the_kubelet(kubelet, run_host) -> None:
+    """--node dgx-h100 through a real host: 8 GPUs, NUMA 0/1; the composed Allocate of two
+    GPUs joins their UUIDs; a GPU whose Xid 48 leaves the recovery action at GPU_RESET is
+    Unhealthy, and Healthy again after the reset."""
+    host = run_host(
+        enabled_drivers=("nvidia",), simulate=True, simulate_node="dgx-h100", drivers=QUICK
+    )
+    kubelet.wait_registered(GPU)
+    devices = kubelet.wait_devices(GPU, lambda d: len(d) == 8)
+    sim = _simulator(host)
+    ids = [g.uuid for g in sim.node.gpus]
+    assert [devices[i].topology.nodes[0].ID for i in ids] == [0] * 4 + [1] * 4
+    response = kubelet.allocate(GPU, [[ids[6], ids[7]]])
+    assert response.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == f"{ids[6]},{ids[7]}"
+    sim.fault(3)
+    kubelet.wait_health(GPU, ids[3], "Unhealthy")
+    sim.reset(3)
+    kubelet.wait_health(GPU, ids[3], "Healthy")
