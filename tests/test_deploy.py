@@ -37,8 +37,13 @@ import yaml
 from devicehost import HostPath
 from devicehost.config import HostConfig, load_config
 from devicehost.drivers.discovery import load_plugins
-from devicehost.mounts import declared_by_drivers
-from devicehost.mounts import HOST, Declared, PlannedMount, clean_declarations, host_own_paths
+from devicehost.mounts import (
+    HOST,
+    Declared,
+    PlannedMount,
+    declared_by_drivers,
+    host_own_paths,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

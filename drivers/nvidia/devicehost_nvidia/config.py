@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from devicehost.model import resource_name_problem
-from devicehost_nvidia.mig import nominal_attributes
-from devicehost_nvidia.simulated import DEFAULT_MEMORY_MIB
+from devicehost_nvidia.simulated import sim_mig_profile
+from devicehost_nvidia.toolkit import DEFAULT_SPEC_DIRS
 
 GPU_RESOURCE = "nvidia.com/gpu"
 #: Xids an application causes (illegal address, MMU fault, …): they say nothing about the GPU.
@@ -91,8 +91,10 @@ class NvidiaConfig:
     device_id_strategy: DeviceIdStrategy = DeviceIdStrategy.UUID
     mig_strategy: MigStrategy = MigStrategy.NONE
     device_list_strategy: tuple[DeviceListStrategy, ...] = (DeviceListStrategy.ENVVAR,)
-    cdi_spec_dir: str = "/var/run/cdi"
+    cdi_spec_dirs: tuple[str, ...] = DEFAULT_SPEC_DIRS
+    driver_root: str = "/"
     ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
+    remap_pending_unhealthy: bool = False
     quiet_period_seconds: float | None = None
     time_slicing: TimeSlicing = field(default_factory=TimeSlicing)
     simulation: Simulation = field(default_factory=Simulation)
@@ -184,10 +186,15 @@ def _quiet_period(value: Any) -> float:
     return float(value)
 
 
-def _cdi_spec_dir(value: Any) -> str:
+def _absolute(key: str, value: Any) -> str:
     if not isinstance(value, str) or not value.startswith("/") or "\x00" in value:
-        raise ValueError(f"cdiSpecDir: expected an absolute path, got {value!r}")
+        raise ValueError(f"{key}: expected an absolute path, got {value!r}")
     return posixpath.normpath(value)
+
+
+def _cdi_spec_dirs(value: Any) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else _list("cdiSpecDirs", value)
+    return tuple(_absolute(f"cdiSpecDirs[{i}]", item) for i, item in enumerate(items))
 
 
 def _time_slicing(value: Any) -> TimeSlicing:
@@ -241,7 +248,7 @@ def _simulation(value: Any) -> Simulation:
             raise ValueError(f"{where}: expected 1 to 7 MIG profiles, got {len(names)}")
         for name in names:
             try:
-                nominal_attributes(str(name), DEFAULT_MEMORY_MIB * 1024 * 1024)
+                sim_mig_profile(str(name))
             except ValueError as exc:
                 raise ValueError(f"{where}: {exc}") from None
         mig[index] = tuple(str(n) for n in names)
@@ -252,8 +259,10 @@ KEYS = (
     "deviceIdStrategy",
     "migStrategy",
     "deviceListStrategy",
-    "cdiSpecDir",
+    "cdiSpecDirs",
+    "driverRoot",
     "ignoredXids",
+    "remapPendingUnhealthy",
     "quietPeriodSeconds",
     "timeSlicing",
     "simulation",
@@ -262,6 +271,12 @@ KEYS = (
 
 def parse_config(config: Mapping[str, Any]) -> NvidiaConfig:
     """Validate the ``drivers.nvidia`` mapping; raise ValueError naming the bad key."""
+    if isinstance(config, Mapping) and "cdiSpecDir" in config:
+        raise ValueError(
+            "cdiSpecDir: this driver no longer writes a CDI spec (the host writes specs under "
+            "its own vendor, and nvidia.com/gpu belongs to the NVIDIA Container Toolkit); "
+            "name the directories holding the toolkit's spec with cdiSpecDirs"
+        )
     section = _mapping("", config, KEYS)
     values: dict[str, Any] = {}
     if "deviceIdStrategy" in section:
@@ -272,10 +287,16 @@ def parse_config(config: Mapping[str, Any]) -> NvidiaConfig:
         values["mig_strategy"] = _choice("migStrategy", section["migStrategy"], MigStrategy)
     if "deviceListStrategy" in section:
         values["device_list_strategy"] = _device_list_strategy(section["deviceListStrategy"])
-    if "cdiSpecDir" in section:
-        values["cdi_spec_dir"] = _cdi_spec_dir(section["cdiSpecDir"])
+    if "cdiSpecDirs" in section:
+        values["cdi_spec_dirs"] = _cdi_spec_dirs(section["cdiSpecDirs"])
+    if "driverRoot" in section:
+        values["driver_root"] = _absolute("driverRoot", section["driverRoot"])
     if "ignoredXids" in section:
         values["ignored_xids"] = _ignored_xids(section["ignoredXids"])
+    if "remapPendingUnhealthy" in section:
+        values["remap_pending_unhealthy"] = _boolean(
+            "remapPendingUnhealthy", section["remapPendingUnhealthy"]
+        )
     if section.get("quietPeriodSeconds") is not None:
         values["quiet_period_seconds"] = _quiet_period(section["quietPeriodSeconds"])
     if "timeSlicing" in section:

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 
 from devicehost_nvidia.discovery import Gpu
-from devicehost_nvidia.health import HealthTracker, soundness
+from devicehost_nvidia.health import Condition, HealthTracker, Observer
 from devicehost_nvidia.nvml import (
     EVENT_DOUBLE_BIT_ECC_ERROR,
     EVENT_XID_CRITICAL_ERROR,
@@ -25,6 +25,7 @@ from devicehost_nvidia.nvml import (
     NvmlError,
     NvmlEvent,
 )
+from devicehost_nvidia.xids import DOUBLE_BIT_ECC_RESOLUTION, Resolution, resolution
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +38,16 @@ class HealthMonitor:
     """Owns the event set; ``version`` grows whenever health may have changed."""
 
     def __init__(
-        self, nvml: Nvml, gpus: Sequence[Gpu], tracker: HealthTracker, ignored_xids: frozenset[int]
+        self,
+        nvml: Nvml,
+        gpus: Sequence[Gpu],
+        tracker: HealthTracker,
+        ignored_xids: frozenset[int],
+        observer: Observer,
     ) -> None:
         self.nvml = nvml
         self.tracker = tracker
+        self.observer = observer
         self.ignored_xids = ignored_xids
         self._gpus = {g.uuid: g for g in gpus}
         self._by_handle = {id(g.handle): g for g in gpus}
@@ -85,9 +92,11 @@ class HealthMonitor:
                 )
         return notes
 
-    def _is_sound(self, gpu_uuid: str) -> bool:
+    def condition(self, gpu_uuid: str) -> Condition:
         gpu = self._gpus.get(gpu_uuid)
-        return gpu is not None and soundness(self.nvml, gpu) is None
+        if gpu is None:
+            return Condition("not advertised any more", 0, False)
+        return self.observer.check(gpu)
 
     def handle(self, event: NvmlEvent) -> None:
         """Turn one event into a mark, unless an application caused it."""
@@ -104,22 +113,45 @@ class HealthMonitor:
                 )
                 return
             reason = f"Xid {event.event_data}"
+            needs = resolution(event.event_data)
         elif event.event_type & EVENT_DOUBLE_BIT_ECC_ERROR:
             reason = "double-bit ECC error"
+            needs = DOUBLE_BIT_ECC_RESOLUTION
         else:
             return
-        instance = None if event.gpu_instance_id == NO_INSTANCE else event.gpu_instance_id
-        where = "" if instance is None else f" GPU instance {instance}"
+        # MIG events name the GPU instance and the compute instance (NO_INSTANCE: all).
+        gi = None if event.gpu_instance_id == NO_INSTANCE else event.gpu_instance_id
+        ci = (
+            None
+            if gi is None or event.compute_instance_id == NO_INSTANCE
+            else (event.compute_instance_id)
+        )
+        where = (
+            ""
+            if gi is None
+            else f" GPU instance {gi}" + ("" if ci is None else f" compute instance {ci}")
+        )
+        state = self.observer.check(gpu)
+        held_at = None
+        if needs is not Resolution.TRANSIENT and not state.decides:
+            held_at = state.resets
+            until = f"a {needs.value} is observed"
+        elif state.decides:
+            until = (
+                f"{self.tracker.quiet_period:g} s pass without another and the driver's "
+                "recovery action is NONE"
+            )
+        else:
+            until = f"{self.tracker.quiet_period:g} s pass without another and NVML calls it sound"
         log.warning(
-            "GPU %d (%s)%s: critical event %s; Unhealthy until %g s pass without "
-            "another and NVML reports it sound",
+            "GPU %d (%s)%s: critical event %s; Unhealthy until %s",
             gpu.index,
             gpu.uuid,
             where,
             reason,
-            self.tracker.quiet_period,
+            until,
         )
-        self.tracker.record(gpu.uuid, instance, reason)
+        self.tracker.record(gpu.uuid, (gi, ci), f"{reason}{where}", held_at)
 
     def pump(self, stop: threading.Event, wait_ms: int = WAIT_MS) -> bool:
         """Wait up to ``wait_ms`` for one event, then re-check due marks. False when the
@@ -134,7 +166,7 @@ class HealthMonitor:
             finally:
                 self._lock.release()
         if self.tracker.has_marks():
-            self.tracker.recheck(self._is_sound)
+            self.tracker.recheck(self.condition)
         return ok
 
     def _wait_once(self, event_set: Handle, wait_ms: int) -> bool:

@@ -19,7 +19,6 @@ from devicehost_nvidia.config import (
     SharedResource,
 )
 from devicehost_nvidia.discovery import Discovery, Gpu, MigDevice
-from devicehost_nvidia.mig import parse_profile
 
 #: Between a unit's ID and its replica number: ``GPU-…::3``.
 REPLICA_SEPARATOR = "::"
@@ -105,7 +104,7 @@ def _single(found: Discovery, ids: DeviceIdStrategy, notes: list[str]) -> list[U
             )
         return [_gpu_unit(g, ids) for g in found.gpus]
     disabled = [str(g.index) for g in found.gpus if not g.mig_enabled]
-    profiles = sorted({m.profile for m in found.migs})
+    profiles = sorted({str(m.profile) for m in found.migs})
     empty = [str(g.index) for g in enabled if not found.migs_of(g)]
     problem = None
     if disabled:
@@ -140,14 +139,25 @@ def _base_resources(
                 f"GPU {gpu.index} ({gpu.uuid}) has MIG enabled but no MIG devices: "
                 "nothing of it is advertised"
             )
-    by_profile = sorted(found.migs, key=lambda m: (parse_profile(m.profile), m.profile))
+    by_profile = sorted(found.migs, key=lambda m: m.profile.sort_key())
+    partial = sorted({str(m.profile) for m in by_profile if not m.profile.whole_instance})
+    if partial:
+        notes.append(
+            f"migStrategy mixed: MIG devices of profiles {', '.join(partial)} use part of "
+            "their GPU instance; like NVIDIA's device plugin, none of them is advertised"
+        )
     for mig in by_profile:
-        bases.setdefault(f"nvidia.com/mig-{mig.profile}", []).append(_mig_unit(mig, ids))
+        if mig.profile.whole_instance:
+            bases.setdefault(mig.profile.resource, []).append(_mig_unit(mig, ids))
     return bases
 
 
-def build_inventory(found: Discovery, config: NvidiaConfig) -> Inventory:
-    """Resources and device IDs for the discovered hardware under ``config``."""
+def build_inventory(
+    found: Discovery, config: NvidiaConfig, fixed: frozenset[str] | None = None
+) -> Inventory:
+    """Resources and device IDs for the discovered hardware under ``config``. ``fixed``:
+    the resources already registered (after start-up only those are served; a MIG profile
+    that appears later is named in a note)."""
     inventory = Inventory()
     bases = _base_resources(found, config, inventory.notes)
     slicing = config.time_slicing
@@ -157,9 +167,15 @@ def build_inventory(found: Discovery, config: NvidiaConfig) -> Inventory:
                 f"timeSlicing: resource {entry.name!r} matches nothing on this node"
             )
     for base, units in bases.items():
-        if not units:
+        if not units and fixed is None:
             continue
         name = slicing.advertised_name(base)
+        if fixed is not None and name not in fixed:
+            inventory.notes.append(
+                f"{name}: a MIG profile created after start-up; devicehost advertises it "
+                "after a restart"
+            )
+            continue
         if name in inventory.resources:
             inventory.notes.append(
                 f"timeSlicing: {base!r} would be advertised as {name!r}, "

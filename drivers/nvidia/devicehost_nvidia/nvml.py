@@ -44,6 +44,25 @@ NO_INSTANCE = 0xFFFFFFFF
 #: NVML_NVLINK_MAX_LINKS in current NVML; older GPUs stop earlier (INVALID_ARGUMENT).
 NVLINK_MAX_LINKS = 36
 
+#: Field ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`` (nvmlDeviceGetFieldValues): what the GPU needs
+#: before it can take work again. Values are ``nvmlDeviceGpuRecoveryAction_t`` (go-nvml
+#: ``gen/nvml/nvml.h``; nvidia-ml-py adds BUS_RESET and SYSTEM_REBOOT).
+FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+GPU_RECOVERY_ACTION_NONE = 0
+GPU_RECOVERY_ACTION_GPU_RESET = 1
+GPU_RECOVERY_ACTION_NODE_REBOOT = 2
+GPU_RECOVERY_ACTION_DRAIN_P2P = 3
+GPU_RECOVERY_ACTION_DRAIN_AND_RESET = 4
+GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN = 5
+GPU_RECOVERY_ACTION_BUS_RESET = 6
+GPU_RECOVERY_ACTION_SYSTEM_REBOOT = 7
+
+#: How many GPU- and compute-instance profiles NVML knows (``NVML_GPU_INSTANCE_PROFILE_COUNT``,
+#: ``NVML_COMPUTE_INSTANCE_PROFILE_COUNT``, ``NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT``).
+GPU_INSTANCE_PROFILE_COUNT = 18
+COMPUTE_INSTANCE_PROFILE_COUNT = 9
+COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT = 1
+
 _ERROR_NAMES = {
     NVML_ERROR_INVALID_ARGUMENT: "invalid argument",
     NVML_ERROR_NOT_SUPPORTED: "not supported",
@@ -105,6 +124,9 @@ class Nvml(Protocol):
 
     def shutdown(self) -> None: ...
     def system_driver_version(self) -> str: ...
+    def system_cuda_driver_version(self) -> int:
+        """nvmlSystemGetCudaDriverVersion: e.g. 12040 for CUDA 12.4."""
+
     def device_count(self) -> int: ...
     def device_handle_by_index(self, index: int) -> Handle: ...
     def device_uuid(self, device: Handle) -> str: ...
@@ -116,6 +138,7 @@ class Nvml(Protocol):
     def device_memory_total(self, device: Handle) -> int:
         """Total framebuffer memory in bytes."""
 
+    def device_cuda_compute_capability(self, device: Handle) -> tuple[int, int]: ...
     def device_mig_mode(self, device: Handle) -> tuple[int, int]:
         """(current, pending), each 1 for enabled and 0 for disabled."""
 
@@ -126,10 +149,35 @@ class Nvml(Protocol):
     def device_gpu_instance_id(self, mig: Handle) -> int: ...
     def device_compute_instance_id(self, mig: Handle) -> int: ...
     def device_attributes(self, mig: Handle) -> MigAttributes: ...
+    def gpu_instance_profile_id(self, device: Handle, gpu_instance: int) -> int:
+        """nvmlDeviceGetGpuInstanceById then nvmlGpuInstanceGetInfo: the instance's
+        ``profileId`` (NVML's ID, not the profile index)."""
+
+    def gpu_instance_profile_info_id(self, device: Handle, profile: int) -> int:
+        """nvmlDeviceGetGpuInstanceProfileInfo(``profile`` index).id; NOT_SUPPORTED or
+        INVALID_ARGUMENT for a profile this GPU does not offer."""
+
+    def compute_instance_profile_id(
+        self, device: Handle, gpu_instance: int, compute_instance: int
+    ) -> int:
+        """nvmlGpuInstanceGetComputeInstanceById then nvmlComputeInstanceGetInfo: profileId."""
+
+    def compute_instance_profile_info_id(
+        self, device: Handle, gpu_instance: int, profile: int, engine_profile: int
+    ) -> int:
+        """nvmlGpuInstanceGetComputeInstanceProfileInfo(profile, engine_profile).id."""
+
     def device_nvlink_state(self, device: Handle, link: int) -> bool: ...
     def device_nvlink_remote_pci_bus_id(self, device: Handle, link: int) -> str: ...
     def device_topology_common_ancestor(self, first: Handle, second: Handle) -> int: ...
     def device_remapped_rows(self, device: Handle) -> RemappedRows: ...
+    def device_field_value(self, device: Handle, field_id: int) -> int:
+        """One field of nvmlDeviceGetFieldValues as an integer; raises NvmlError with the
+        field's own return code (NOT_SUPPORTED on a driver that does not offer it)."""
+
+    def device_total_energy_consumption(self, device: Handle) -> int:
+        """Millijoules since the driver last (re)initialised the GPU."""
+
     def device_supported_event_types(self, device: Handle) -> int: ...
     def event_set_create(self) -> Handle: ...
     def device_register_events(

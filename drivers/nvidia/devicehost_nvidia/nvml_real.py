@@ -25,6 +25,9 @@ from devicehost_nvidia.nvml import (
 
 T = TypeVar("T")
 
+#: nvmlValueType_t → the member of the nvmlValue_t union that holds the value.
+_VALUE_MEMBERS = {1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -43,13 +46,24 @@ def _address(handle: Any) -> int:
 
 
 class PynvmlLibrary:
-    """``Nvml`` on the real library. ``init`` raises NvmlError where NVML cannot load."""
+    """``Nvml`` on the real library. ``init`` raises NvmlError where NVML cannot load.
 
-    def __init__(self) -> None:
+    ``library`` is the path of ``libnvidia-ml.so.1`` to load (a driver container's copy);
+    None lets the dynamic loader find it as usual."""
+
+    def __init__(self, library: str | None = None) -> None:
+        self._library = library
         self._registered: dict[int, Handle] = {}
         self._lock = threading.Lock()
 
     def init(self) -> None:
+        if self._library is not None and getattr(pynvml, "nvmlLib", None) is None:
+            # pynvml loads "libnvidia-ml.so.1" by name unless its module-level handle is
+            # already set; setting it is how a driver root's copy gets used.
+            try:
+                pynvml.nvmlLib = ctypes.CDLL(self._library)
+            except OSError as exc:
+                raise NvmlError(12, f"cannot load {self._library}: {exc}") from None
         _call(pynvml.nvmlInit)
 
     def shutdown(self) -> None:
@@ -57,6 +71,9 @@ class PynvmlLibrary:
 
     def system_driver_version(self) -> str:
         return _text(_call(pynvml.nvmlSystemGetDriverVersion))
+
+    def system_cuda_driver_version(self) -> int:
+        return int(_call(pynvml.nvmlSystemGetCudaDriverVersion))
 
     def device_count(self) -> int:
         return int(_call(pynvml.nvmlDeviceGetCount))
@@ -78,6 +95,10 @@ class PynvmlLibrary:
 
     def device_memory_total(self, device: Handle) -> int:
         return int(_call(pynvml.nvmlDeviceGetMemoryInfo, device).total)
+
+    def device_cuda_compute_capability(self, device: Handle) -> tuple[int, int]:
+        major, minor = _call(pynvml.nvmlDeviceGetCudaComputeCapability, device)
+        return int(major), int(minor)
 
     def device_mig_mode(self, device: Handle) -> tuple[int, int]:
         current, pending = _call(pynvml.nvmlDeviceGetMigMode, device)
@@ -106,6 +127,29 @@ class PynvmlLibrary:
             int(attrs.memorySizeMB),
         )
 
+    def gpu_instance_profile_id(self, device: Handle, gpu_instance: int) -> int:
+        instance = _call(pynvml.nvmlDeviceGetGpuInstanceById, device, gpu_instance)
+        return int(_call(pynvml.nvmlGpuInstanceGetInfo, instance).profileId)
+
+    def gpu_instance_profile_info_id(self, device: Handle, profile: int) -> int:
+        return int(_call(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, device, profile).id)
+
+    def compute_instance_profile_id(
+        self, device: Handle, gpu_instance: int, compute_instance: int
+    ) -> int:
+        instance = _call(pynvml.nvmlDeviceGetGpuInstanceById, device, gpu_instance)
+        compute = _call(pynvml.nvmlGpuInstanceGetComputeInstanceById, instance, compute_instance)
+        return int(_call(pynvml.nvmlComputeInstanceGetInfo, compute).profileId)
+
+    def compute_instance_profile_info_id(
+        self, device: Handle, gpu_instance: int, profile: int, engine_profile: int
+    ) -> int:
+        instance = _call(pynvml.nvmlDeviceGetGpuInstanceById, device, gpu_instance)
+        info = _call(
+            pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo, instance, profile, engine_profile
+        )
+        return int(info.id)
+
     def device_nvlink_state(self, device: Handle, link: int) -> bool:
         return bool(_call(pynvml.nvmlDeviceGetNvLinkState, device, link))
 
@@ -118,6 +162,16 @@ class PynvmlLibrary:
     def device_remapped_rows(self, device: Handle) -> RemappedRows:
         corrected, uncorrected, pending, failure = _call(pynvml.nvmlDeviceGetRemappedRows, device)
         return RemappedRows(int(corrected), int(uncorrected), bool(pending), bool(failure))
+
+    def device_field_value(self, device: Handle, field_id: int) -> int:
+        (value,) = _call(pynvml.nvmlDeviceGetFieldValues, device, [field_id])
+        if int(value.nvmlReturn) != pynvml.NVML_SUCCESS:
+            raise NvmlError(int(value.nvmlReturn))
+        member = _VALUE_MEMBERS.get(int(value.valueType), "ullVal")
+        return int(getattr(value.value, member))
+
+    def device_total_energy_consumption(self, device: Handle) -> int:
+        return int(_call(pynvml.nvmlDeviceGetTotalEnergyConsumption, device))
 
     def device_supported_event_types(self, device: Handle) -> int:
         return int(_call(pynvml.nvmlDeviceGetSupportedEventTypes, device))

@@ -13,13 +13,16 @@ from devicehost_nvidia.config import (
 
 
 def test_defaults() -> None:
-    """An empty section means UUIDs, no MIG, envvar, /var/run/cdi, the usual Xids, 30 s."""
+    """An empty section means UUIDs, no MIG, envvar, the CDI directories, driver root /,
+    the usual Xids, a pending remap not a fault, 30 s."""
     config = parse_config({})
     assert config.device_id_strategy is DeviceIdStrategy.UUID
     assert config.mig_strategy is MigStrategy.NONE
     assert config.device_list_strategy == (DeviceListStrategy.ENVVAR,)
-    assert config.cdi_spec_dir == "/var/run/cdi"
+    assert config.cdi_spec_dirs == ("/etc/cdi", "/var/run/cdi")
+    assert config.driver_root == "/"
     assert config.ignored_xids == DEFAULT_IGNORED_XIDS == {13, 31, 43, 45, 68, 109}
+    assert config.remap_pending_unhealthy is False
     assert config.quiet_period(simulated=False) == 30.0
     assert config.time_slicing.resources == ()
 
@@ -37,8 +40,10 @@ def test_full_config_is_read() -> None:
             "deviceIdStrategy": "index",
             "migStrategy": "mixed",
             "deviceListStrategy": ["cdi", "device-nodes"],
-            "cdiSpecDir": "/etc/cdi",
+            "cdiSpecDirs": ["/etc/cdi"],
+            "driverRoot": "/run/nvidia/driver/",
             "ignoredXids": [13, 43],
+            "remapPendingUnhealthy": True,
             "quietPeriodSeconds": 0.5,
             "timeSlicing": {
                 "renameByDefault": True,
@@ -50,7 +55,9 @@ def test_full_config_is_read() -> None:
     )
     assert config.device_id_strategy is DeviceIdStrategy.INDEX
     assert config.device_list_strategy == (DeviceListStrategy.CDI, DeviceListStrategy.DEVICE_NODES)
-    assert config.cdi_spec_dir == "/etc/cdi"
+    assert config.cdi_spec_dirs == ("/etc/cdi",)
+    assert config.driver_root == "/run/nvidia/driver"
+    assert config.remap_pending_unhealthy is True
     assert config.ignored_xids == {13, 43}
     assert config.quiet_period(simulated=False) == 0.5
     assert config.time_slicing.resources == (SharedResource("nvidia.com/gpu", 4, "x.com/y"),)
@@ -72,7 +79,9 @@ def test_single_strategy_string_is_accepted() -> None:
         ({"deviceIdStrategy": "serial"}, "deviceIdStrategy: expected one of uuid, index, got"),
         ({"deviceListStrategy": ["envvar", "volume"]}, "deviceListStrategy[1]: expected one of"),
         ({"deviceListStrategy": []}, "deviceListStrategy: expected at least one of"),
-        ({"cdiSpecDir": "cdi"}, "cdiSpecDir: expected an absolute path, got 'cdi'"),
+        ({"cdiSpecDirs": ["cdi"]}, "cdiSpecDirs[0]: expected an absolute path, got 'cdi'"),
+        ({"cdiSpecDir": "/var/run/cdi"}, "cdiSpecDir: this driver no longer writes a CDI spec"),
+        ({"driverRoot": "run/nvidia"}, "driverRoot: expected an absolute path, got 'run/nvidia'"),
         ({"ignoredXids": [13, "x"]}, "ignoredXids[1]: expected an integer >= 0, got 'x'"),
         ({"ignoredXids": 13}, "ignoredXids: expected a list, got 13"),
         ({"quietPeriodSeconds": -1}, "quietPeriodSeconds: expected a number of seconds >= 0"),
@@ -112,7 +121,7 @@ def test_single_strategy_string_is_accepted() -> None:
         ({"simulation": {"mig": {"9": ["1g.10gb"]}}}, "simulation.mig.9: expected an integer"),
         (
             {"simulation": {"mig": {"0": ["1g.5gb"]}}},
-            "simulation.mig.0: MIG profile '1g.5gb' cannot exist on a 80 GB GPU",
+            "simulation.mig.0: MIG profile '1g.5gb' does not exist on a simulated 80 GB GPU",
         ),
         ({"simulation": {"mig": {"0": ["big"]}}}, "simulation.mig.0: MIG profile 'big' is not"),
     ],

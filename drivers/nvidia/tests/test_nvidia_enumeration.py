@@ -7,7 +7,7 @@ from devicehost_nvidia import NvidiaDriver, SimNode, SimulatedNvml, default_node
 from devicehost_nvidia.nvml import NvmlError
 from devicehost_nvidia.nvml_real import PynvmlLibrary
 from devicehost_nvidia.simulated import sim_uuid
-from nvidia_helpers import MakeDriver
+from nvidia_helpers import MakeDriver, composed
 
 from devicehost import DriverUnavailable, Health
 from devicehost.drivers.discovery import DriverStatus
@@ -93,13 +93,8 @@ def test_numa_and_device_nodes_come_from_the_tree(
     assert any(
         "no NUMA node in sysfs for PCI device 0000:57:00.0" in n for n in driver.devicehost_notes()
     )
-    paths = [
-        d.host_path
-        for d in driver.devicehost_allocate(
-            resource="nvidia.com/gpu", device_ids=[sim_uuid(0)]
-        ).devices
-    ]
-    assert paths == ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"]
+    paths = [d.host_path for d in composed(driver, "nvidia.com/gpu", [sim_uuid(0)]).devices]
+    assert paths == ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"]
 
 
 def test_ids_are_gpu_uuids_with_numa_nodes(make_driver: MakeDriver) -> None:
@@ -116,7 +111,7 @@ def test_index_ids_when_configured(make_driver: MakeDriver) -> None:
     assert [d.id for d in driver.devicehost_enumerate(resource="nvidia.com/gpu")] == [
         str(i) for i in range(8)
     ]
-    allocation = driver.devicehost_allocate(resource="nvidia.com/gpu", device_ids=["3", "5"])
+    allocation = composed(driver, "nvidia.com/gpu", ["3", "5"])
     assert allocation.envs == {"NVIDIA_VISIBLE_DEVICES": "3,5"}
 
 
@@ -165,7 +160,7 @@ def test_gpu_lost_before_start_is_left_out(fake_root: FakeRoot) -> None:
 
 def test_simulate_lays_out_the_default_node(fake_root: FakeRoot) -> None:
     """The simulate hook writes 8 NVIDIA PCI functions on two NUMA nodes and their /dev nodes."""
-    NvidiaDriver().devicehost_simulate(root=fake_root.path)
+    NvidiaDriver().devicehost_simulate(root=fake_root.path, config={}, node="")
     functions = sorted(Path(fake_root.at("/sys/bus/pci/devices")).iterdir())
     assert len(functions) == 8
     assert {(f / "vendor").read_text().strip() for f in functions} == {"0x10de"}

@@ -50,13 +50,10 @@ def real_gpus() -> Iterator[int]:
 
 @pytest.fixture
 def real_driver(real_gpus: int, tmp_path: Path) -> Iterator[NvidiaDriver]:
-    """The driver on real NVML, whole GPUs, its CDI spec kept under the test's tmp dir."""
+    """The driver on real NVML, whole GPUs, handed over by env and device nodes."""
     driver = NvidiaDriver()
     driver.devicehost_configure(
-        config={
-            "deviceListStrategy": ["envvar", "cdi", "device-nodes"],
-            "cdiSpecDir": str(tmp_path / "cdi"),
-        },
+        config={"deviceListStrategy": ["envvar", "device-nodes"]},
         root=ROOT,
         simulated=False,
     )
@@ -80,7 +77,7 @@ def _nvidia_smi_gpus() -> dict[int, str]:
 
 def test_conformance_on_real_nvml(real_gpus: int, tmp_path: Path) -> None:
     """The battery passes on real hardware: one device per GPU, each allocating alone."""
-    report = check_driver("nvidia", ROOT, config={"cdiSpecDir": str(tmp_path)})
+    report = check_driver("nvidia", ROOT, config={})
     assert report.devices == {GPU: real_gpus}
 
 
@@ -103,13 +100,11 @@ def test_pci_ids_and_numa_match_sysfs(real_driver: NvidiaDriver) -> None:
 
 
 def test_allocation_through_the_kubelet(real_gpus: int, tmp_path: Path, kubelet, run_host) -> None:
-    """A real GPU registers, streams Healthy, and allocates with env, CDI name and its node."""
-    config = {
-        "nvidia": {
-            "deviceListStrategy": ["envvar", "cdi", "device-nodes"],
-            "cdiSpecDir": str(tmp_path / "cdi"),
-        }
-    }
+    """A real GPU registers, streams Healthy, and allocates with env, its node and, where the
+    NVIDIA Container Toolkit's spec exists, its CDI name; the driver writes no CDI spec."""
+    has_spec = any((ROOT / d / "nvidia.yaml").exists() for d in ("etc/cdi", "var/run/cdi"))
+    strategies = ["envvar", "device-nodes"] + (["cdi"] if has_spec else [])
+    config = {"nvidia": {"deviceListStrategy": strategies}}
     run_host(enabled_drivers=("nvidia",), root=ROOT, drivers=config)
     kubelet.wait_registered(GPU)
     devices = kubelet.wait_devices(GPU, lambda d: len(d) == real_gpus)
@@ -117,10 +112,11 @@ def test_allocation_through_the_kubelet(real_gpus: int, tmp_path: Path, kubelet,
     assert healthy, "no GPU is Healthy"
     response = kubelet.allocate(GPU, [[healthy[0]]])[0]
     assert response.envs["NVIDIA_VISIBLE_DEVICES"] == healthy[0]
-    assert [c.name for c in response.cdi_devices] == [f"nvidia.com/gpu={healthy[0]}"]
+    if has_spec:
+        assert [c.name for c in response.cdi_devices] == [f"nvidia.com/gpu={healthy[0]}"]
     paths = [d.host_path for d in response.devices]
     assert "/dev/nvidiactl" in paths and any(re.fullmatch(r"/dev/nvidia\d+", p) for p in paths)
-    assert (tmp_path / "cdi/devicehost-nvidia.com-gpu.json").exists()
+    assert not (ROOT / "var/run/cdi/devicehost-nvidia.com-gpu.json").exists()
 
 
 def test_event_set_wait_on_real_nvml(real_driver: NvidiaDriver) -> None:

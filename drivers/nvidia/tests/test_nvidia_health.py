@@ -5,9 +5,9 @@ import threading
 import time
 
 from devicehost_nvidia import SimNode, default_node, sim_gpu
-from devicehost_nvidia.health import HealthTracker
+from devicehost_nvidia.health import Condition, HealthTracker
 from devicehost_nvidia.simulated import sim_uuid
-from nvidia_helpers import MakeDriver
+from nvidia_helpers import MakeDriver, composed
 
 from devicehost import Health
 
@@ -39,6 +39,11 @@ def _wait_for(predicate, timeout: float = 5.0) -> None:
 # -- the tracker, with a clock the test turns ---------------------------------------------
 
 
+SOUND = Condition(None, 0, False)
+UNSOUND = Condition("lost", 0, False)
+WHOLE = (None, None)
+
+
 class _Clock:
     def __init__(self) -> None:
         self.now = 100.0
@@ -51,13 +56,13 @@ def test_mark_clears_only_after_quiet_period_and_when_sound() -> None:
     """A mark stays through the quiet period, then clears only if the GPU is sound."""
     clock = _Clock()
     tracker = HealthTracker(30.0, clock)
-    tracker.record("GPU-a", None, "Xid 62")
+    tracker.record("GPU-a", WHOLE, "Xid 94")
     clock.now += 29
-    assert not tracker.recheck(lambda uuid: True)
+    assert not tracker.recheck(lambda uuid: SOUND)
     clock.now += 1
-    assert not tracker.recheck(lambda uuid: False)
-    assert tracker.marked("GPU-a") == "Xid 62"
-    assert tracker.recheck(lambda uuid: True)
+    assert not tracker.recheck(lambda uuid: UNSOUND)
+    assert tracker.marked("GPU-a") == "Xid 94"
+    assert tracker.recheck(lambda uuid: SOUND)
     assert tracker.marked("GPU-a") is None
 
 
@@ -65,23 +70,23 @@ def test_new_event_restarts_the_quiet_period() -> None:
     """A second critical event during the quiet period pushes recovery out again."""
     clock = _Clock()
     tracker = HealthTracker(30.0, clock)
-    tracker.record("GPU-a", None, "Xid 62")
+    tracker.record("GPU-a", WHOLE, "Xid 94")
     clock.now += 20
-    tracker.record("GPU-a", None, "Xid 64")
+    tracker.record("GPU-a", WHOLE, "Xid 32")
     clock.now += 20
-    assert not tracker.recheck(lambda uuid: True)
-    assert tracker.marked("GPU-a") == "Xid 64"
+    assert not tracker.recheck(lambda uuid: SOUND)
+    assert tracker.marked("GPU-a") == "Xid 32"
 
 
 def test_instance_marks_reach_their_mig_device_and_the_whole_gpu() -> None:
     """A GPU-instance mark marks that MIG device and the whole GPU, not sibling instances."""
     tracker = HealthTracker(30.0)
-    tracker.record("GPU-a", 2, "Xid 94")
-    assert tracker.marked("GPU-a", 2) == "Xid 94"
-    assert tracker.marked("GPU-a", 1) is None
+    tracker.record("GPU-a", (2, None), "Xid 94")
+    assert tracker.marked("GPU-a", 2, 0) == "Xid 94"
+    assert tracker.marked("GPU-a", 1, 0) is None
     assert tracker.marked("GPU-a") == "Xid 94"
-    tracker.record("GPU-a", None, "Xid 79")
-    assert tracker.marked("GPU-a", 1) == "Xid 79"
+    tracker.record("GPU-a", WHOLE, "Xid 79")
+    assert tracker.marked("GPU-a", 1, 0) == "Xid 79"
 
 
 # -- the driver on the simulated NVML -------------------------------------------------------
@@ -90,7 +95,7 @@ def test_instance_marks_reach_their_mig_device_and_the_whole_gpu() -> None:
 def test_critical_xid_marks_that_gpu_unhealthy(make_driver: MakeDriver) -> None:
     """An Xid not caused by applications turns exactly its GPU Unhealthy."""
     driver = make_driver(NEVER)
-    driver.simulator.xid(2, 62)
+    driver.simulator.xid(2, 94)
     _pump(driver)
     assert _unhealthy(driver) == {sim_uuid(2)}
 
@@ -105,9 +110,9 @@ def test_application_xids_leave_health_alone(make_driver: MakeDriver) -> None:
 
 
 def test_ignored_xids_are_configurable(make_driver: MakeDriver) -> None:
-    """``ignoredXids`` replaces the default list: 62 ignored, 13 now counts."""
-    driver = make_driver({**NEVER, "ignoredXids": [62]})
-    driver.simulator.xid(0, 62)
+    """``ignoredXids`` replaces the default list: 94 ignored, 13 now counts."""
+    driver = make_driver({**NEVER, "ignoredXids": [94]})
+    driver.simulator.xid(0, 94)
     driver.simulator.xid(1, 13)
     _pump(driver)
     _pump(driver)
@@ -125,7 +130,7 @@ def test_double_bit_ecc_event_marks_the_gpu(make_driver: MakeDriver) -> None:
 def test_gpu_recovers_after_the_quiet_period(make_driver: MakeDriver) -> None:
     """With no new event for the quiet period and NVML answering, the GPU is Healthy again."""
     driver = make_driver({"quietPeriodSeconds": 0.2})
-    driver.simulator.xid(1, 62)
+    driver.simulator.xid(1, 94)
     _pump(driver)
     assert _unhealthy(driver) == {sim_uuid(1)}
     _wait_for(lambda: not _unhealthy(driver))
@@ -150,7 +155,7 @@ def test_lost_gpu_is_unhealthy_never_a_crash(make_driver: MakeDriver) -> None:
     assert _pump(driver) is True  # the Xid 79 event
     assert _pump(driver) is False  # then NVML's wait fails while the GPU is off the bus
     assert _unhealthy(driver) == {sim_uuid(4)}
-    allocation = driver.devicehost_allocate(resource=GPU, device_ids=[sim_uuid(5)])
+    allocation = composed(driver, GPU, [sim_uuid(5)])
     assert allocation.envs["NVIDIA_VISIBLE_DEVICES"] == sim_uuid(5)
     driver.simulator.reset(4)
     assert _pump(driver) is True
@@ -161,7 +166,7 @@ def test_replicas_follow_their_gpus_health(make_driver: MakeDriver) -> None:
     """A faulty GPU takes all its replicas out, and only those."""
     config = {**NEVER, "timeSlicing": {"resources": [{"name": GPU, "replicas": 3}]}}
     driver = make_driver(config)
-    driver.simulator.xid(6, 62)
+    driver.simulator.xid(6, 94)
     _pump(driver)
     assert _unhealthy(driver) == {f"{sim_uuid(6)}::{k}" for k in range(3)}
 
@@ -174,7 +179,7 @@ def test_mig_event_scoped_to_one_gpu_instance(make_driver: MakeDriver) -> None:
     driver.simulator.xid(0, 94, gpu_instance=migs[1].gpu_instance)
     _pump(driver)
     assert _unhealthy(driver, "nvidia.com/mig-1g.10gb") == {migs[1].uuid}
-    driver.simulator.xid(0, 62)
+    driver.simulator.xid(0, 94)
     _pump(driver)
     assert _unhealthy(driver, "nvidia.com/mig-1g.10gb") == {m.uuid for m in migs}
     assert _unhealthy(driver) == set()  # GPU 1, not MIG-enabled, is untouched
@@ -209,7 +214,7 @@ def test_watch_notifies_on_event_and_recovery_and_honours_stop(make_driver: Make
     )
     thread.start()
     try:
-        driver.simulator.xid(0, 62)
+        driver.simulator.xid(0, 94)
         with changed:
             assert changed.wait_for(lambda: len(calls) >= 2, timeout=5)
         assert _unhealthy(driver) == set()
@@ -221,12 +226,12 @@ def test_watch_notifies_on_event_and_recovery_and_honours_stop(make_driver: Make
 
 def test_gpu_without_events_is_noted_and_still_checked(make_driver: MakeDriver) -> None:
     """A GPU that reports no Xid events is named in a note; NVML queries still catch its
-    faults on each enumeration."""
+    faults (a failed row remap) on each enumeration."""
     node = SimNode(gpus=[sim_gpu(0), sim_gpu(1, events_supported=False)])
     driver = make_driver(NEVER, node=node)
     assert any(
         n.startswith(f"GPU 1 ({sim_uuid(1)}) reports no Xid events")
         for n in driver.devicehost_notes()
     )
-    driver.simulator.fault(1)
+    driver.simulator.remap_failure(1)
     assert _unhealthy(driver) == {sim_uuid(1)}

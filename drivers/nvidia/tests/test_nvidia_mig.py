@@ -1,7 +1,7 @@
 """MIG strategies: none, single, mixed; and what a MIG device's container gets."""
 
 from devicehost_nvidia import default_node
-from nvidia_helpers import MakeDriver
+from nvidia_helpers import MakeDriver, composed
 
 from devicehost.testing import FakeRoot
 
@@ -87,15 +87,16 @@ def test_mig_index_ids(make_driver: MakeDriver) -> None:
         node=default_node(gpus=2, mig=MIXED_LAYOUT),
     )
     assert _ids(driver, "nvidia.com/mig-3g.40gb") == ["1:0", "1:1"]
-    allocation = driver.devicehost_allocate(resource="nvidia.com/mig-3g.40gb", device_ids=["1:1"])
+    allocation = composed(driver, "nvidia.com/mig-3g.40gb", ["1:1"])
     assert allocation.envs == {"NVIDIA_VISIBLE_DEVICES": "1:1"}
 
 
 def test_mig_allocation_passes_capability_nodes(
     fake_root: FakeRoot, make_driver: MakeDriver
 ) -> None:
-    """Device nodes for a MIG device: the parent GPU, its GPU- and compute-instance caps
-    (minors read from /proc/driver/nvidia/capabilities), and the control nodes."""
+    """Device nodes for a MIG device: the resource's control nodes, then the parent GPU and
+    its GPU- and compute-instance caps (minors read from /proc/driver/nvidia/capabilities);
+    its CDI name is the toolkit spec's MIG UUID name."""
     driver = make_driver(
         {"migStrategy": "mixed", "deviceListStrategy": ["envvar", "cdi", "device-nodes"]},
         node=default_node(gpus=2, mig=MIXED_LAYOUT),
@@ -104,16 +105,14 @@ def test_mig_allocation_passes_capability_nodes(
     caps = "/proc/driver/nvidia/capabilities/gpu1/mig/gi2"
     fake_root.write(f"{caps}/access", "DeviceFileMinor: 201\nDeviceFileMode: 292")
     fake_root.write(f"{caps}/ci0/access", "DeviceFileMinor: 202\nDeviceFileMode: 292")
-    allocation = driver.devicehost_allocate(
-        resource="nvidia.com/mig-3g.40gb", device_ids=[mig.uuid]
-    )
+    allocation = composed(driver, "nvidia.com/mig-3g.40gb", [mig.uuid])
     assert allocation.envs == {"NVIDIA_VISIBLE_DEVICES": mig.uuid}
     assert allocation.cdi_devices == (f"nvidia.com/gpu={mig.uuid}",)
     assert [d.host_path for d in allocation.devices] == [
-        "/dev/nvidia1",
-        "/dev/nvidia-caps/nvidia-cap201",
-        "/dev/nvidia-caps/nvidia-cap202",
         "/dev/nvidiactl",
         "/dev/nvidia-uvm",
         "/dev/nvidia-uvm-tools",
+        "/dev/nvidia1",
+        "/dev/nvidia-caps/nvidia-cap201",
+        "/dev/nvidia-caps/nvidia-cap202",
     ]

@@ -6,7 +6,8 @@ import threading
 import pynvml
 import pytest
 from devicehost_nvidia import nvml
-from devicehost_nvidia.mig import memory_gb, nominal_attributes, profile_name
+from devicehost_nvidia.discovery import MigProfiles, discover
+from devicehost_nvidia.mig import memory_gb, profile_from_slices
 from devicehost_nvidia.nvml import MigAttributes, NvmlError
 from devicehost_nvidia.nvml_real import PynvmlLibrary
 from devicehost_nvidia.simulated import SimulatedNvml, default_node
@@ -29,6 +30,16 @@ from devicehost_nvidia.simulated import SimulatedNvml, default_node
         ("TOPOLOGY_NODE", "NVML_TOPOLOGY_NODE"),
         ("TOPOLOGY_SYSTEM", "NVML_TOPOLOGY_SYSTEM"),
         ("NVLINK_MAX_LINKS", "NVML_NVLINK_MAX_LINKS"),
+        ("FI_DEV_GET_GPU_RECOVERY_ACTION", "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"),
+        ("GPU_RECOVERY_ACTION_NONE", "NVML_GPU_RECOVERY_ACTION_NONE"),
+        ("GPU_RECOVERY_ACTION_GPU_RESET", "NVML_GPU_RECOVERY_ACTION_GPU_RESET"),
+        ("GPU_RECOVERY_ACTION_NODE_REBOOT", "NVML_GPU_RECOVERY_ACTION_NODE_REBOOT"),
+        ("GPU_RECOVERY_ACTION_DRAIN_P2P", "NVML_GPU_RECOVERY_ACTION_DRAIN_P2P"),
+        ("GPU_RECOVERY_ACTION_DRAIN_AND_RESET", "NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET"),
+        ("GPU_RECOVERY_ACTION_BUS_RESET", "NVML_GPU_RECOVERY_ACTION_BUS_RESET"),
+        ("GPU_RECOVERY_ACTION_SYSTEM_REBOOT", "NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT"),
+        ("GPU_INSTANCE_PROFILE_COUNT", "NVML_GPU_INSTANCE_PROFILE_COUNT"),
+        ("COMPUTE_INSTANCE_PROFILE_COUNT", "NVML_COMPUTE_INSTANCE_PROFILE_COUNT"),
     ],
 )
 def test_constants_are_nvmls(ours: str, theirs: str) -> None:
@@ -62,16 +73,25 @@ def test_real_library_reports_a_missing_nvml_as_an_nvml_error() -> None:
 def test_profile_names_follow_nvidias_rounding(
     attributes: MigAttributes, total_mib: int, name: str
 ) -> None:
-    """A MIG device's profile name comes from its slices and memory, rounded to eighths."""
-    assert profile_name(attributes, total_mib * 1024 * 1024) == name
+    """Memory in a profile name is rounded up to eighths of the GPU (go-nvlib)."""
+    got = profile_from_slices(
+        attributes.gpu_instance_slice_count,
+        attributes.compute_instance_slice_count,
+        attributes.memory_size_mb,
+        total_mib * 1024 * 1024,
+    )
+    assert str(got) == name
 
 
 def test_simulated_profiles_round_trip() -> None:
-    """What the simulated NVML reports for a profile is named back to that profile."""
-    total = 81920 * 1024 * 1024
-    for profile in ("1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1c.3g.40gb"):
-        assert profile_name(nominal_attributes(profile, total), total) == profile
-    assert memory_gb(total, 9830) == 10
+    """Every profile the simulated NVML creates is named back to itself from its IDs,
+    variants included."""
+    profiles = ("1g.10gb+me", "1g.20gb", "2g.20gb-me", "1g.10gb+me.all", "4g.40gb+gfx")
+    node = default_node(gpus=1, mig={0: profiles})
+    library = SimulatedNvml(node)
+    found = discover(library, __import__("pathlib").Path("/nonexistent"), MigProfiles(library))
+    assert [str(m.profile) for m in found.migs] == list(profiles)
+    assert memory_gb(81920 * 1024 * 1024, 9830) == 10
 
 
 def test_simulated_lost_gpu_answers_gpu_is_lost() -> None:

@@ -5,9 +5,7 @@ from collections import Counter
 import pytest
 from devicehost_nvidia import default_node
 from devicehost_nvidia.simulated import sim_uuid
-from nvidia_helpers import MakeDriver
-
-from devicehost import UnknownDevice
+from nvidia_helpers import MakeDriver, composed
 
 
 def _shared(replicas: int = 4, **options: object) -> dict[str, object]:
@@ -61,16 +59,14 @@ def test_replica_allocation_maps_back_to_distinct_gpus(make_driver: MakeDriver) 
     """Replicas of one GPU name it once; replicas of two GPUs name both, in request order."""
     driver = make_driver(_shared())
     ids = [f"{sim_uuid(3)}::0", f"{sim_uuid(3)}::2", f"{sim_uuid(1)}::1"]
-    allocation = driver.devicehost_allocate(resource="nvidia.com/gpu", device_ids=ids)
+    allocation = composed(driver, "nvidia.com/gpu", ids)
     assert allocation.envs == {"NVIDIA_VISIBLE_DEVICES": f"{sim_uuid(3)},{sim_uuid(1)}"}
 
 
-def test_replica_of_unknown_gpu_is_refused(make_driver: MakeDriver) -> None:
-    """A replica ID past the configured count is unknown."""
-    with pytest.raises(UnknownDevice):
-        make_driver(_shared()).devicehost_allocate(
-            resource="nvidia.com/gpu", device_ids=[f"{sim_uuid(0)}::4"]
-        )
+def test_replica_past_the_count_is_not_advertised(make_driver: MakeDriver) -> None:
+    """Replica IDs stop at the configured count (the host refuses any other ID)."""
+    ids = {d.id for d in make_driver(_shared()).devicehost_enumerate(resource="nvidia.com/gpu")}
+    assert f"{sim_uuid(0)}::3" in ids and f"{sim_uuid(0)}::4" not in ids
 
 
 def _gpus(ids: list[str]) -> Counter[str]:
