@@ -21,7 +21,7 @@ from importlib_metadata import EntryPoint, entry_points
 
 from devicehost import hookspecs
 from devicehost.calls import WorkerPool, run_with_timeout
-from devicehost.errors import DriverError, DriverTimeout, DriverUnavailable
+from devicehost.errors import DriverError, DriverTimeout, DriverUnavailable, RequestRefused
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class Driver:
         """Call ``hook`` synchronously; exceptions become ``DriverError`` naming the driver."""
         try:
             return self._caller(hook)(**kwargs)
-        except (DriverError, DriverUnavailable):
+        except (DriverError, DriverUnavailable, RequestRefused):
             raise
         except Exception as exc:
             raise DriverError(self.name, hook, f"{type(exc).__name__}: {exc}") from exc

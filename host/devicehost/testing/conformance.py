@@ -11,7 +11,9 @@ instead of stopping at the first::
 
 Checked: the driver loads and validates; ``resources`` returns valid, unique
 ``ResourceSpec``s; every enumeration returns valid, unique IDs with legal health; every
-healthy device allocates alone to a well-formed ``Allocation``; an unknown ID is refused;
+healthy device alone composes (as the host composes an Allocate: the resource's edits, the
+device's, and the optional ``allocate`` answer) to edits that give the container something,
+without a clash; an ``allocate`` hook, when implemented, refuses an unknown ID;
 ``preferred_allocation`` (when implemented) returns valid choices; every hook returns
 within ``timeout``.
 """
@@ -25,8 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devicehost.compose import CompositionClash, compose
 from devicehost.errors import DriverError
-from devicehost.model import Allocation, ResourceSpec
+from devicehost.model import NO_EDITS, Allocation, Device, ResourceSpec
 from devicehost.plugins import Driver, DriverStatus, load_plugins
 from devicehost.scan import clean_devices
 
@@ -72,7 +75,8 @@ class _Battery:
             if elapsed > self.report.slowest_hook[1]:
                 self.report.slowest_hook = (hook, elapsed)
 
-    def resource(self, name: str) -> None:
+    def resource(self, spec: ResourceSpec) -> None:
+        name = spec.name
         try:
             raw = self.call("devicehost_enumerate", resource=name)
             devices, dropped = clean_devices(self.driver.name, name, raw, set())
@@ -87,31 +91,43 @@ class _Battery:
         self.report.devices[name] = len(devices)
         healthy = [d.id for d in devices if d.healthy]
         self.report.healthy[name] = len(healthy)
+        by_id = {d.id: d for d in devices}
         for device_id in healthy:
-            self.allocation(name, [device_id])
-        try:
-            self.call("devicehost_allocate", resource=name, device_ids=[UNKNOWN_ID])
-            self.problems.append(
-                f"{name}: allocate accepted the unknown ID {UNKNOWN_ID!r}; "
-                "it must raise (devicehost.UnknownDevice)"
-            )
-        except DriverError:
-            pass
+            self.allocation(spec, by_id, [device_id])
+        if self.driver.implements("devicehost_allocate"):
+            try:
+                self.call("devicehost_allocate", resource=name, device_ids=[UNKNOWN_ID])
+                self.problems.append(
+                    f"{name}: allocate accepted the unknown ID {UNKNOWN_ID!r}; "
+                    "it must raise (devicehost.UnknownDevice)"
+                )
+            except DriverError:
+                pass
         if self.driver.implements("devicehost_preferred_allocation") and healthy:
             self.preferred(name, healthy)
 
-    def allocation(self, name: str, ids: list[str]) -> None:
+    def allocation(self, spec: ResourceSpec, devices: Mapping[str, Device], ids: list[str]) -> None:
+        name, extra = spec.name, NO_EDITS
+        if self.driver.implements("devicehost_allocate"):
+            try:
+                result = self.call("devicehost_allocate", resource=name, device_ids=ids)
+            except DriverError as exc:
+                self.problems.append(f"{name}: allocating healthy {ids} failed: {exc}")
+                return
+            if result is not None and not isinstance(result, Allocation):
+                self.problems.append(
+                    f"{name}: allocate({ids}) returned {type(result).__name__}, "
+                    "expected Allocation or None"
+                )
+                return
+            extra = result or NO_EDITS
         try:
-            result = self.call("devicehost_allocate", resource=name, device_ids=ids)
-        except DriverError as exc:
-            self.problems.append(f"{name}: allocating healthy {ids} failed: {exc}")
+            edits = compose(spec, devices, ids, extra)
+        except CompositionClash as exc:
+            self.problems.append(f"{name}: allocating {ids} clashes: {exc}")
             return
-        if not isinstance(result, Allocation):
-            self.problems.append(
-                f"{name}: allocate({ids}) returned {type(result).__name__}, expected Allocation"
-            )
-        elif not (result.envs or result.mounts or result.devices or result.cdi_devices):
-            self.problems.append(f"{name}: allocate({ids}) gave the container nothing")
+        if not (edits.envs or edits.mounts or edits.devices or edits.cdi_devices):
+            self.problems.append(f"{name}: allocating {ids} gave the container nothing")
 
     def preferred(self, name: str, healthy: list[str]) -> None:
         for size in range(1, min(len(healthy), 4) + 1):
@@ -148,12 +164,14 @@ def check_driver(
     *,
     config: Mapping[str, Any] | None = None,
     simulated: bool = False,
+    node: str = "",
     timeout: float = 10.0,
 ) -> ConformanceReport:
     """Run the battery on the installed driver ``name``; raise ``ConformanceError`` on failure.
 
     With ``simulated=True`` the driver first builds its simulated hardware under ``root``
-    (``devicehost_simulate``) and is configured as under ``devicehost demo``.
+    (``devicehost_simulate``; ``node`` names the simulated machine, "" the driver's default)
+    and is configured as under ``devicehost demo``.
     """
     plugins = load_plugins(allow=[name])
     info = next((i for i in plugins.infos if i.name == name and i.kind == "driver"), None)
@@ -171,7 +189,7 @@ def check_driver(
     root = Path(root)
     try:
         if simulated:
-            battery.call("devicehost_simulate", root=root)
+            battery.call("devicehost_simulate", root=root, config=dict(config or {}), node=node)
         battery.call(
             "devicehost_configure", config=dict(config or {}), root=root, simulated=simulated
         )
@@ -179,13 +197,14 @@ def check_driver(
         specs = [s for specs in results or () for s in specs or ()]
     except DriverError as exc:
         raise ConformanceError(name, [str(exc)]) from exc
-    names = [s.name for s in specs if isinstance(s, ResourceSpec)]
-    if len(names) != len(specs):
+    valid = [s for s in specs if isinstance(s, ResourceSpec)]
+    if len(valid) != len(specs):
         battery.problems.append(f"resources returned non-ResourceSpec values: {specs!r}")
+    names = [s.name for s in valid]
     if len(set(names)) != len(names):
         battery.problems.append(f"resources returned a name twice: {names}")
-    for resource in dict.fromkeys(names):
-        battery.resource(resource)
+    for spec in {s.name: s for s in valid}.values():
+        battery.resource(spec)
     try:
         battery.call("devicehost_shutdown")
     except DriverError as exc:
