@@ -16,6 +16,7 @@ from devicehost.errors import (
     DriverError,
     DriverTimeout,
     DriverUnavailable,
+    RequestRefused,
     UnknownDevice,
 )
 from devicehost.hookspecs import hookimpl
@@ -49,6 +50,7 @@ __all__ = [
     "Health",
     "HostPath",
     "Mount",
+    "RequestRefused",
     "ResourceSpec",
     "UnknownDevice",
     "__version__",

@@ -7,6 +7,7 @@
     ├── DriverUnavailable      raised by a driver: no hardware or vendor library on this node
     ├── DriverError            a driver hook raised or returned something invalid
     │   └── DriverTimeout      a driver hook ran past its timeout
+    ├── RequestRefused         raised by a driver: this request breaks a hardware rule
     └── UnknownDevice          a device ID the resource does not have
 """
 
@@ -54,6 +55,15 @@ class DriverTimeout(DriverError):
 
     The call keeps running in its own thread; the host answers without it. A driver that
     hangs often needs its vendor library or hardware checked.
+    """
+
+
+class RequestRefused(DevicehostError):
+    """Raised by a driver's ``allocate`` (or ``pre_start``) to refuse a request that breaks
+    a rule of its hardware, such as devices that cannot work together in one container.
+
+    Not a driver fault: the host answers the kubelet ``FAILED_PRECONDITION`` with this
+    message, so name the rule and where it comes from.
     """
 
 

@@ -14,7 +14,21 @@ from typing import Any
 #: Chip families the driver knows; each is the name part of a ``huawei.com/...`` resource.
 FAMILIES = ("Ascend910", "Ascend310P", "Ascend310", "Ascend310B")
 
+#: ``simulatedNode`` presets: the default when the host names no simulated machine.
 SIMULATED_NODES = ("ascend910x8", "ascend910x8-vnpu", "ascend310px4", "mixed")
+
+#: Fault classes an operator may put codes in (``faultCodes``), named as the reference
+#: plugin names them (mind-cluster ``component/ascend-device-plugin/pkg/common/fault_code.go``).
+FAULT_CLASSES = (
+    "NotHandleFault",
+    "SubHealthFault",
+    "RestartRequest",
+    "RestartBusiness",
+    "FreeRestartNPU",
+    "RestartNPU",
+    "PreSeparateNPU",
+    "SeparateNPU",
+)
 
 DEFAULT_SHARED_NODES = (
     "/dev/davinci_manager",
@@ -22,12 +36,22 @@ DEFAULT_SHARED_NODES = (
     "/dev/hisi_hdc",
     "/dev/dvpp_cmdlist",
 )
-DEFAULT_CDI_DIR = "/var/run/cdi"
+# What Ascend Docker Runtime mounts (mind-cluster component/ascend-docker-runtime/build/
+# scripts/base.list) plus the two files CANN reads to check the driver it runs on
+# (version.info, ascend_install.info), as Huawei's CANN container instructions mount them.
 DEFAULT_DRIVER_MOUNTS = (
     "/usr/local/Ascend/driver/lib64",
+    "/usr/local/Ascend/driver/include",
+    "/usr/local/Ascend/driver/version.info",
+    "/etc/ascend_install.info",
     "/usr/local/dcmi",
     "/usr/local/bin/npu-smi",
 )
+#: Keys that no longer do anything, with why (accepted so old configs still start).
+RETIRED_KEYS = {
+    "useCdi": "the host writes CDI specs from the driver's container edits (host config cdi:)",
+    "cdiDir": "the host writes CDI specs from the driver's container edits (host config cdi:)",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,19 +63,23 @@ class AscendConfig:
     dcmi_library: str = ""
     health_poll_seconds: float = 5.0
     ignored_error_codes: frozenset[int] = frozenset()
+    #: code → fault class name, the operator's additions to the shipped table.
+    fault_codes: Mapping[int, str] = field(default_factory=dict)
     use_ascend_runtime: bool = True
     shared_device_nodes: tuple[str, ...] = DEFAULT_SHARED_NODES
     driver_mounts: tuple[str, ...] = DEFAULT_DRIVER_MOUNTS
-    use_cdi: bool = False
-    #: A host path, written under root (``<root>/var/run/cdi`` by default).
-    cdi_dir: str = DEFAULT_CDI_DIR
-    hccs_group_size: int = 4
+    #: Chips per HCCS ring for preferred allocation; None: from the chips' names.
+    hccs_group_size: int | None = None
+    #: True: refuse an Allocate of 4 or fewer Ascend 910 chips that spans HCCS rings.
+    hccs_strict: bool = False
     fallback_chip_type: str = ""
     #: physical chip ID → NUMA node, for the no-DCMI fallback.
     fallback_numa_nodes: Mapping[int, int] = field(default_factory=dict)
     #: cores of every fallback vNPU (an int), or per vNPU ID (a mapping); None: not served.
     fallback_vnpu_cores: int | Mapping[int, int] | None = None
     simulated_node: str = "ascend910x8"
+    #: Retired keys present in the section, for a note.
+    retired: tuple[str, ...] = ()
 
 
 def _boolean(value: Any) -> bool:
@@ -93,6 +121,32 @@ def _codes(value: Any) -> frozenset[int]:
     return frozenset(_code(v) for v in value)
 
 
+def _fault_codes(value: Any) -> dict[int, str]:
+    """``{class: [codes]}`` → ``{code: class}``; a code may be listed under one class only."""
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"expected a mapping of fault class ({', '.join(FAULT_CLASSES)}) to codes, "
+            f"got {value!r}"
+        )
+    result: dict[int, str] = {}
+    for name, codes in value.items():
+        if name not in FAULT_CLASSES:
+            raise ValueError(
+                f"unknown fault class {name!r}; the classes are: {', '.join(FAULT_CLASSES)}"
+            )
+        for code in _codes(codes):
+            if code in result and result[code] != name:
+                raise ValueError(f"code 0x{code:08X} is listed under {result[code]} and {name}")
+            result[code] = name
+    return result
+
+
+def _group_size(value: Any) -> int | None:
+    if value == "auto":
+        return None
+    return _non_negative_int(value)
+
+
 def _absolute_paths(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         raise ValueError(f"expected a list of absolute paths, got {value!r}")
@@ -106,14 +160,6 @@ def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {value!r}")
     return value
-
-
-def _host_directory(value: Any) -> str:
-    """An absolute host path (written under root), normalised: ``/var/run//cdi/`` is
-    ``/var/run/cdi``."""
-    if not isinstance(value, str) or not value.startswith("/") or "\x00" in value:
-        raise ValueError(f"expected an absolute host path such as /var/run/cdi, got {value!r}")
-    return "/" + posixpath.normpath(value).lstrip("/")
 
 
 def _choice(choices: tuple[str, ...], allow_empty: bool = False) -> Callable[[Any], str]:
@@ -185,9 +231,9 @@ _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "useAscendRuntime": ("use_ascend_runtime", _boolean),
     "sharedDeviceNodes": ("shared_device_nodes", _absolute_paths),
     "driverMounts": ("driver_mounts", _absolute_paths),
-    "useCdi": ("use_cdi", _boolean),
-    "cdiDir": ("cdi_dir", _host_directory),
-    "hccsGroupSize": ("hccs_group_size", _non_negative_int),
+    "faultCodes": ("fault_codes", _fault_codes),
+    "hccsGroupSize": ("hccs_group_size", _group_size),
+    "hccsStrict": ("hccs_strict", _boolean),
     "fallbackChipType": ("fallback_chip_type", _choice(FAMILIES, allow_empty=True)),
     "fallbackNumaNodes": ("fallback_numa_nodes", _numa_nodes),
     "fallbackVnpuCores": ("fallback_vnpu_cores", _vnpu_cores),
@@ -200,7 +246,11 @@ KEYS: tuple[str, ...] = tuple(_PARSERS)
 def parse_config(section: Mapping[str, Any]) -> AscendConfig:
     """Validate ``section``; raise ``ValueError("<key>: <problem>")`` on the first bad key."""
     values: dict[str, Any] = {}
+    retired: list[str] = []
     for key, raw in section.items():
+        if key in RETIRED_KEYS:
+            retired.append(key)
+            continue
         if key not in _PARSERS:
             raise ValueError(f"{key}: unknown key; the keys are: {', '.join(KEYS)}")
         attr, parse = _PARSERS[key]
@@ -208,12 +258,7 @@ def parse_config(section: Mapping[str, Any]) -> AscendConfig:
             values[attr] = parse(raw)
         except ValueError as exc:
             raise ValueError(f"{key}: {exc}") from None
-    config = AscendConfig(**values)
-    if config.use_cdi and config.use_ascend_runtime:
-        raise ValueError(
-            "useCdi: needs useAscendRuntime: false (the Ascend Docker Runtime "
-            "and CDI would both inject the devices)"
-        )
+    config = AscendConfig(**values, retired=tuple(retired))
     if not config.use_dcmi and not config.fallback_chip_type:
         raise ValueError(
             "useDcmi: false needs fallbackChipType (without DCMI the chip type is unknown, "

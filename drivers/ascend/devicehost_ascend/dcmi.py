@@ -95,8 +95,14 @@ class Dcmi(Protocol):
         """The chip's PCI address ``dddd:bb:dd.f`` (``dcmi_get_device_pcie_info_v2``)."""
         ...
 
+    def memory_mib(self, card: int, chip: int, *, hbm: bool) -> int:
+        """The chip's memory in MiB: its HBM (``dcmi_get_device_hbm_info``, ``hbm``: Ascend
+        910 chips) or its DDR (``dcmi_get_device_memory_info_v3``, inference chips)."""
+        ...
+
     def health(self, card: int, chip: int) -> int:
-        """``dcmi_get_device_health``: ``HEALTH_OK`` or an alarm level."""
+        """``dcmi_get_device_health``: ``HEALTH_OK`` or an alarm level; a dropped card
+        raises ``DcmiError`` with code -8012 (not ready)."""
         ...
 
     def error_codes(self, card: int, chip: int) -> list[int]:

@@ -22,6 +22,7 @@ from ctypes import (
     c_int,
     c_ubyte,
     c_uint,
+    c_ulong,
     c_ulonglong,
     c_ushort,
     c_void_p,
@@ -192,6 +193,33 @@ class VdevQuery(ctypes.Structure):
     _fields_ = [("vdev_id", c_uint), ("query_info", VdevQueryInfo)]
 
 
+class HbmInfo(ctypes.Structure):
+    """``struct dcmi_hbm_info``; ``memory_size`` in MB."""
+
+    _fields_ = [
+        ("memory_size", c_ulonglong),
+        ("freq", c_uint),
+        ("memory_usage", c_ulonglong),
+        ("temp", c_int),
+        ("bandwith_util_rate", c_uint),
+    ]
+
+
+class MemoryInfo(ctypes.Structure):
+    """``struct dcmi_get_memory_info_stru`` (96 bytes); ``memory_size`` in MB."""
+
+    _fields_ = [
+        ("memory_size", c_ulonglong),
+        ("memory_available", c_ulonglong),
+        ("freq", c_uint),
+        ("hugepagesize", c_ulong),
+        ("hugepages_total", c_ulong),
+        ("hugepages_free", c_ulong),
+        ("utiliza", c_uint),
+        ("reserve", c_ubyte * 60),
+    ]
+
+
 class EventFilter(ctypes.Structure):
     """``struct dcmi_event_filter``; all zero means every event."""
 
@@ -257,6 +285,8 @@ _SIGNATURES: dict[str, list[Any]] = {
     "dcmi_get_device_pcie_info_v2": [c_int, c_int, POINTER(PcieInfoAll)],
     "dcmi_get_device_pcie_info": [c_int, c_int, POINTER(PcieInfo)],
     "dcmi_get_device_health": [c_int, c_int, POINTER(c_uint)],
+    "dcmi_get_device_hbm_info": [c_int, c_int, POINTER(HbmInfo)],
+    "dcmi_get_device_memory_info_v3": [c_int, c_int, POINTER(MemoryInfo)],
     "dcmi_get_device_errorcode_v2": [c_int, c_int, POINTER(c_int), POINTER(c_uint), c_uint],
     "dcmi_get_device_info": [c_int, c_int, c_int, c_uint, c_void_p, POINTER(c_uint)],
     "dcmi_subscribe_fault_event": [c_int, c_int, EventFilter, EVENT_CALLBACK],
@@ -353,6 +383,15 @@ class CtypesDcmi:
         else:
             raise DcmiError("dcmi_get_device_pcie_info_v2", None, "not in this libdcmi.so")
         return f"{domain:04x}:{info.bdf_busid:02x}:{info.bdf_deviceid:02x}.{info.bdf_funcid:x}"
+
+    def memory_mib(self, card: int, chip: int, *, hbm: bool) -> int:
+        if hbm:
+            info: HbmInfo | MemoryInfo = HbmInfo()
+            self._call("dcmi_get_device_hbm_info", card, chip, ctypes.byref(info))
+        else:
+            info = MemoryInfo()
+            self._call("dcmi_get_device_memory_info_v3", card, chip, ctypes.byref(info))
+        return int(info.memory_size)
 
     def health(self, card: int, chip: int) -> int:
         health = c_uint(0)

@@ -84,6 +84,11 @@ class Inventory:
 
     devices: dict[str, list[NpuDevice]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: Physical ID → DCMI chip name (``910A``, ``910B3``, ``310P3``) of every chip found,
+    #: split ones included; empty without DCMI.
+    chip_names: dict[int, str] = field(default_factory=dict)
+    #: Physical ID → the chip's memory in MiB, where DCMI reports it.
+    memory_mib: dict[int, int] = field(default_factory=dict)
 
     def add(self, device: NpuDevice) -> None:
         self.devices.setdefault(device.resource, []).append(device)
@@ -153,6 +158,14 @@ def _numa_nodes(dcmi: Dcmi, ref: ChipRef, root: Path) -> tuple[int, ...]:
     return () if node is None else (node,)
 
 
+def _memory(dcmi: Dcmi, ref: ChipRef, family: str) -> int:
+    try:
+        return dcmi.memory_mib(ref.card, ref.chip, hbm=family == "Ascend910")
+    except DcmiError as exc:  # labels only: a missing figure costs nothing else
+        log.debug("card %d chip %d: no memory size: %s", ref.card, ref.chip, exc)
+        return 0
+
+
 def _virtual_devices(dcmi: Dcmi, ref: ChipRef) -> list[VirtualDevice]:
     try:
         return dcmi.virtual_devices(ref.card, ref.chip)
@@ -189,6 +202,10 @@ def discover(dcmi: Dcmi, root: Path) -> Inventory:
                 f"{where} skipped: chip name {name!r} is not a known Ascend chip"
             )
             continue
+        inventory.chip_names[phys_id] = name
+        memory = _memory(dcmi, ref, family)
+        if memory:
+            inventory.memory_mib[phys_id] = memory
         numa = _numa_nodes(dcmi, ref, root)
         vnpus = _virtual_devices(dcmi, ref)
         if not vnpus:

@@ -14,18 +14,48 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from devicehost import Allocation, Device, DriverUnavailable, Health, UnknownDevice
+from devicehost import (
+    Device,
+    DriverUnavailable,
+    Health,
+    RequestRefused,
+    ResourceSpec,
+    UnknownDevice,
+)
 from devicehost_ascend import devfs, inventory
-from devicehost_ascend.allocation import Allocator
-from devicehost_ascend.config import AscendConfig
+from devicehost_ascend.allocation import JOINED_ENVS, device_edits, resource_edits
+from devicehost_ascend.config import RETIRED_KEYS, AscendConfig
 from devicehost_ascend.dcmi import Dcmi, DcmiError
+from devicehost_ascend.fault_codes import FaultTable
 from devicehost_ascend.health import HEALTHY, ChipHealth, DcmiHealth, FaultHub
 from devicehost_ascend.inventory import Inventory, NpuDevice
-from devicehost_ascend.topology import choose
+from devicehost_ascend.labels import node_labels
+from devicehost_ascend.topology import RULE, choose, ring_size, spans_rings
 
 log = logging.getLogger(__name__)
 
 HCCS_FAMILY = "Ascend910"
+
+
+class HccsViolation(RequestRefused):
+    """An Allocate that breaks the HCCS ring rule while ``hccsStrict`` is on."""
+
+
+def fault_table(config: AscendConfig) -> FaultTable:
+    """The shipped table with the operator's classes; ``ignoredErrorCodes`` are
+    ``NotHandleFault``."""
+    overrides = dict(config.fault_codes)
+    overrides.update(dict.fromkeys(config.ignored_error_codes, "NotHandleFault"))
+    return FaultTable(overrides)
+
+
+def hccs_ring_size(config: AscendConfig, found: Inventory) -> int:
+    """Chips per HCCS ring: ``hccsGroupSize`` when set, else from DCMI's chip names (no
+    names, as without DCMI: no rings, since a 910B would be refused wrongly)."""
+    if config.hccs_group_size is not None:
+        return config.hccs_group_size
+    names = [n for n in found.chip_names.values() if inventory.chip_family(n) == HCCS_FAMILY]
+    return ring_size(names)
 
 
 class AscendNode:
@@ -45,13 +75,16 @@ class AscendNode:
         self.inventory = found
         self.notes = notes
         self.dcmi = dcmi
-        self.health = DcmiHealth(dcmi, config.ignored_error_codes) if dcmi is not None else None
         self.faults = FaultHub(dcmi) if dcmi is not None else None
-        self.allocator = Allocator(config, root)
+        self.health = (
+            DcmiHealth(dcmi, fault_table(config), self.faults.severities)
+            if dcmi is not None and self.faults is not None
+            else None
+        )
         self.resources = tuple(found.devices)
+        self.ring_size = hccs_ring_size(config, found)
         self._last: dict[str, ChipHealth] = {}
         self._lock = threading.Lock()
-        self.allocator.write_cdi_spec(found.all())
 
     # -- devices ---------------------------------------------------------------------------
 
@@ -60,9 +93,7 @@ class AscendNode:
         if self.dcmi is not None:
             return self.inventory
         found = devfs.discover(self.root, self.config)
-        if found.all() != self.inventory.all():
-            self.inventory = found
-            self.allocator.write_cdi_spec(found.all())
+        self.inventory = found
         return found
 
     def _health_of(self, devices: Sequence[NpuDevice]) -> dict[str, ChipHealth]:
@@ -76,7 +107,26 @@ class AscendNode:
         states = self._health_of(devices)
         self._log_changes(states)
         return [
-            Device(id=d.id, health=states[d.id].health, numa_nodes=d.numa_nodes) for d in devices
+            Device(
+                id=d.id,
+                health=states[d.id].health,
+                numa_nodes=d.numa_nodes,
+                edits=device_edits(d, self.config),
+            )
+            for d in devices
+        ]
+
+    def specs(self) -> list[ResourceSpec]:
+        """Each resource with what every container of it gets (checked under root now)."""
+        return [
+            ResourceSpec(
+                name=name,
+                edits=resource_edits(
+                    self.inventory.devices[name][0].family, self.config, self.root
+                ),
+                joined_envs=JOINED_ENVS,
+            )
+            for name in self.resources
         ]
 
     def snapshot(self, resource: str) -> dict[str, Health]:
@@ -102,28 +152,52 @@ class AscendNode:
 
     # -- kubelet requests ---------------------------------------------------------------------
 
-    def allocate(self, resource: str, device_ids: Sequence[str]) -> Allocation:
-        return self.allocator.allocate([self.device(resource, i) for i in device_ids])
+    def _ring_positions(self, resource: str, ids: Sequence[str]) -> dict[str, int] | None:
+        """Physical IDs of ``ids`` when the HCCS ring rule applies to them, else None."""
+        if self.ring_size == 0:
+            return None
+        devices = {d.id: d for d in self._current().devices.get(resource, [])}
+        if not all(i in devices for i in ids):
+            return None
+        chips = [devices[i] for i in ids]
+        if any(d.virtual or d.family != HCCS_FAMILY or d.phys_id is None for d in chips):
+            return None
+        return {d.id: d.phys_id for d in chips if d.phys_id is not None}
+
+    def check_allocation(self, resource: str, device_ids: Sequence[str]) -> None:
+        """With ``hccsStrict``, refuse a request of at most one ring's chips that spans
+        rings (``HccsViolation``); anything else passes. Unknown IDs raise."""
+        for device_id in device_ids:
+            self.device(resource, device_id)
+        if not self.config.hccs_strict or len(device_ids) > self.ring_size:
+            return
+        positions = self._ring_positions(resource, device_ids)
+        if positions is None or not spans_rings(positions.values(), self.ring_size):
+            return
+        rings = sorted({p // self.ring_size for p in positions.values()})
+        raise HccsViolation(
+            f"{RULE}; {', '.join(device_ids)} lie in rings "
+            f"{', '.join(str(r) for r in rings)} (hccsStrict: true refuses this)"
+        )
 
     def preferred(
         self, resource: str, available: Sequence[str], must_include: Sequence[str], size: int
     ) -> list[str] | None:
-        """HCCS-aware for whole Ascend 910 chips; None (the host's NUMA default) otherwise."""
-        group_size = self.config.hccs_group_size
-        devices = {d.id: d for d in self._current().devices.get(resource, [])}
-        wanted = list(available) + list(must_include)
-        if (
-            group_size == 0
-            or len(set(must_include)) > size
-            or not all(i in devices for i in wanted)
-        ):
+        """HCCS rings for whole first-generation Ascend 910 chips on an 8-chip server; None
+        (the host's NUMA packing) for every other resource and server."""
+        if len(set(must_include)) > size:
             return None
-        chips = [devices[i] for i in wanted]
-        if any(d.virtual or d.family != HCCS_FAMILY or d.phys_id is None for d in chips):
+        positions = self._ring_positions(resource, list(available) + list(must_include))
+        if positions is None:
             return None
-        positions = {d.id: d.phys_id for d in chips if d.phys_id is not None}
-        chosen = choose(available, must_include, size, positions, group_size)
+        chosen = choose(available, must_include, size, positions, self.ring_size)
         return chosen if len(chosen) == size else None
+
+    # -- labels ------------------------------------------------------------------------------
+
+    def labels(self) -> dict[str, str]:
+        """Node feature labels in the project's shared vocabulary (see the README)."""
+        return node_labels(self.inventory, self.root, self.ring_size)
 
     # -- watching ------------------------------------------------------------------------------
 
@@ -157,6 +231,17 @@ def _dcmi_notes(dcmi: Dcmi, found: Inventory, faults: FaultHub, poll: float) -> 
     return [f"{count} NPU chips through {dcmi.description}; {how}", *found.notes]
 
 
+def _setting_notes(config: AscendConfig, node: AscendNode) -> list[str]:
+    notes = [f"{key}: ignored; {RETIRED_KEYS[key]}" for key in config.retired]
+    if node.ring_size:
+        strict = "refused" if config.hccs_strict else "allowed (hccsStrict: false)"
+        notes.append(
+            f"HCCS rings of {node.ring_size} chips: preferred allocations keep jobs of up to "
+            f"{node.ring_size} chips in one ring; an Allocate spanning rings is {strict}"
+        )
+    return notes
+
+
 def open_node(
     config: AscendConfig, root: Path, dcmi: Dcmi | None, dcmi_problem: str = ""
 ) -> AscendNode:
@@ -183,6 +268,7 @@ def open_node(
         assert node.faults is not None
         node.faults.start()
         node.notes = _dcmi_notes(dcmi, found, node.faults, config.health_poll_seconds)
+        node.notes += _setting_notes(config, node)
         return node
     if not config.use_dcmi:
         return _from_dev(config, root, "DCMI not used (useDcmi: false)", loaded=False)
@@ -219,4 +305,6 @@ def _from_dev(config: AscendConfig, root: Path, why: str, *, loaded: bool) -> As
         f"health is only the nodes' presence; {numa}",
         *found.notes,
     ]
-    return AscendNode(config=config, root=root, found=found, notes=notes)
+    node = AscendNode(config=config, root=root, found=found, notes=notes)
+    node.notes += _setting_notes(config, node)
+    return node

@@ -1,14 +1,15 @@
-"""The exact Allocation a container gets in each mode."""
+"""The container edits each device and resource declares, and what the host composes."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 
-import pytest
-from ascend_helpers import open_simulated
+from ascend_helpers import chip, open_simulated
 from devicehost_ascend.dcmi_sim import SimulatedDcmi
+from devicehost_ascend.node import AscendNode
 
-from devicehost import Allocation, DeviceNode, Mount, UnknownDevice
+from devicehost import ContainerEdits, DeviceNode, Mount
+from devicehost.compose import compose
 from devicehost.testing import FakeRoot
 
 NPU = "huawei.com/Ascend910"
@@ -20,34 +21,66 @@ SHARED = (
 )
 MOUNTS = tuple(
     Mount(host_path=p, container_path=p, read_only=True)
-    for p in ("/usr/local/Ascend/driver/lib64", "/usr/local/dcmi", "/usr/local/bin/npu-smi")
+    for p in (
+        "/usr/local/Ascend/driver/lib64",
+        "/usr/local/Ascend/driver/include",
+        "/usr/local/Ascend/driver/version.info",
+        "/etc/ascend_install.info",
+        "/usr/local/dcmi",
+        "/usr/local/bin/npu-smi",
+    )
 )
 
 
-def test_ascend_runtime_gets_physical_ids_only(fake_root: FakeRoot) -> None:
-    """Default mode: only ASCEND_VISIBLE_DEVICES, physical IDs in ascending order."""
+def composed(node: AscendNode, resource: str, ids: Sequence[str]) -> ContainerEdits:
+    """What the host answers for one container, composed by the host's own code."""
+    spec = next(s for s in node.specs() if s.name == resource)
+    devices = {d.id: d for d in node.enumerate(resource)}
+    return compose(spec, devices, ids)
+
+
+def test_ascend_runtime_joins_physical_ids_in_request_order(fake_root: FakeRoot) -> None:
+    """Default mode: one device gives its physical ID, two give both in request order, and
+    every device gives all eight; nothing but ASCEND_VISIBLE_DEVICES."""
     node = open_simulated(fake_root, SimulatedDcmi.preset("ascend910x8"))
-    assert node.allocate(NPU, ["Ascend910-6", "Ascend910-4"]) == Allocation(
-        envs={"ASCEND_VISIBLE_DEVICES": "4,6"}
+    assert composed(node, NPU, ["Ascend910-6"]) == ContainerEdits(
+        envs={"ASCEND_VISIBLE_DEVICES": "6"}
     )
+    assert composed(node, NPU, ["Ascend910-6", "Ascend910-4"]) == ContainerEdits(
+        envs={"ASCEND_VISIBLE_DEVICES": "6,4"}
+    )
+    every = [f"Ascend910-{i}" for i in range(8)]
+    assert composed(node, NPU, every) == ContainerEdits(
+        envs={"ASCEND_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
+    )
+
+
+def test_the_resource_declares_the_joined_variable(fake_root: FakeRoot) -> None:
+    """ASCEND_VISIBLE_DEVICES is the resource's joined variable; the runtime needs nothing
+    per resource on a 910."""
+    node = open_simulated(fake_root, SimulatedDcmi.preset("ascend910x8"))
+    (spec,) = node.specs()
+    assert (spec.joined_envs, spec.edits) == (("ASCEND_VISIBLE_DEVICES",), ContainerEdits())
 
 
 def test_ascend_runtime_gets_vnpu_ids_and_the_virtual_option(fake_root: FakeRoot) -> None:
-    """vNPUs: their vNPU IDs and ASCEND_RUNTIME_OPTIONS=VIRTUAL."""
+    """vNPUs: their vNPU IDs and ASCEND_RUNTIME_OPTIONS=VIRTUAL, once for two vNPUs."""
     node = open_simulated(fake_root, SimulatedDcmi.preset("ascend910x8-vnpu"))
-    assert node.allocate(VNPU, ["Ascend910-4c-213-7"]) == Allocation(
-        envs={"ASCEND_VISIBLE_DEVICES": "213", "ASCEND_RUNTIME_OPTIONS": "VIRTUAL"}
+    assert composed(node, VNPU, ["Ascend910-4c-213-7", "Ascend910-4c-212-7"]) == ContainerEdits(
+        envs={"ASCEND_VISIBLE_DEVICES": "213,212", "ASCEND_RUNTIME_OPTIONS": "VIRTUAL"}
     )
 
 
-def test_plain_runtime_gets_nodes_and_driver_mounts(fake_root: FakeRoot) -> None:
-    """useAscendRuntime false: the chips' nodes, the shared nodes, read-only driver mounts."""
+def test_plain_runtime_gets_nodes_shared_nodes_and_what_cann_reads(fake_root: FakeRoot) -> None:
+    """useAscendRuntime false: the shared nodes and the driver files CANN reads (libraries,
+    headers, version.info, ascend_install.info, DCMI, npu-smi) once, read-only, then each
+    chip's node; no ASCEND_* variable."""
     node = open_simulated(fake_root, SimulatedDcmi.preset("ascend910x8"), useAscendRuntime=False)
-    assert node.allocate(NPU, ["Ascend910-1", "Ascend910-0"]) == Allocation(
+    assert composed(node, NPU, ["Ascend910-1", "Ascend910-0"]) == ContainerEdits(
         devices=(
-            DeviceNode(host_path="/dev/davinci0"),
-            DeviceNode(host_path="/dev/davinci1"),
             *SHARED,
+            DeviceNode(host_path="/dev/davinci1"),
+            DeviceNode(host_path="/dev/davinci0"),
         ),
         mounts=MOUNTS,
     )
@@ -58,30 +91,30 @@ def test_plain_runtime_maps_vdavinci_to_davinci(fake_root: FakeRoot) -> None:
     node = open_simulated(
         fake_root, SimulatedDcmi.preset("ascend910x8-vnpu"), useAscendRuntime=False
     )
-    allocation = node.allocate(VNPU, ["Ascend910-4c-214-7"])
-    assert allocation.devices[0] == DeviceNode(
-        host_path="/dev/vdavinci214", container_path="/dev/davinci214"
+    (device,) = [d for d in node.enumerate(VNPU) if d.id == "Ascend910-4c-214-7"]
+    assert device.edits == ContainerEdits(
+        devices=(DeviceNode(host_path="/dev/vdavinci214", container_path="/dev/davinci214"),)
     )
-    assert allocation.envs == {}
 
 
-def test_only_nodes_and_mounts_present_under_root_are_passed(fake_root: FakeRoot) -> None:
+def test_only_nodes_and_mounts_present_under_root_are_declared(fake_root: FakeRoot) -> None:
     """dvpp_cmdlist is passed when it exists; a driver path missing on the host is not."""
-    node = open_simulated(fake_root, SimulatedDcmi.preset("ascend910x8"), useAscendRuntime=False)
+    SimulatedDcmi.preset("ascend910x8").build_tree(fake_root.path)
     fake_root.char_device("/dev/dvpp_cmdlist")
     fake_root.remove("/usr/local/bin/npu-smi")
-    allocation = node.allocate(NPU, ["Ascend910-0"])
-    assert [d.host_path for d in allocation.devices] == [
-        "/dev/davinci0",
+    fake_root.remove("/etc/ascend_install.info")
+    node = open_simulated(fake_root, SimulatedDcmi.preset("ascend910x8"), useAscendRuntime=False)
+    fake_root.remove("/usr/local/bin/npu-smi")
+    fake_root.remove("/etc/ascend_install.info")
+    (spec,) = node.specs()
+    assert [d.host_path for d in spec.edits.devices] == [
         "/dev/davinci_manager",
         "/dev/devmm_svm",
         "/dev/hisi_hdc",
         "/dev/dvpp_cmdlist",
     ]
-    assert [m.host_path for m in allocation.mounts] == [
-        "/usr/local/Ascend/driver/lib64",
-        "/usr/local/dcmi",
-    ]
+    assert "/usr/local/bin/npu-smi" not in [m.host_path for m in spec.edits.mounts]
+    assert "/etc/ascend_install.info" not in [m.host_path for m in spec.edits.mounts]
 
 
 def test_configured_shared_nodes_and_mounts_replace_the_defaults(fake_root: FakeRoot) -> None:
@@ -94,54 +127,54 @@ def test_configured_shared_nodes_and_mounts_replace_the_defaults(fake_root: Fake
         sharedDeviceNodes=["/dev/hisi_hdc"],
         driverMounts=["/opt/ascend"],
     )
-    assert node.allocate(NPU, ["Ascend910-2"]) == Allocation(
-        devices=(DeviceNode(host_path="/dev/davinci2"), DeviceNode(host_path="/dev/hisi_hdc")),
+    assert composed(node, NPU, ["Ascend910-2"]) == ContainerEdits(
+        devices=(DeviceNode(host_path="/dev/hisi_hdc"), DeviceNode(host_path="/dev/davinci2")),
         mounts=(Mount(host_path="/opt/ascend", container_path="/opt/ascend"),),
     )
 
 
-def test_cdi_names_devices_and_writes_their_spec(fake_root: FakeRoot) -> None:
-    """useCdi: CDI names in the answer; the spec carries the nodes, shared nodes and mounts."""
+def test_ascend_310b_runtime_gets_allow_link(fake_root: FakeRoot) -> None:
+    """Ascend 310B under Ascend Docker Runtime: ASCEND_ALLOW_LINK=True with every container,
+    as the reference plugin sets it for that chip (common.go, SetAscendRuntimeEnv)."""
+    node = open_simulated(fake_root, SimulatedDcmi([[chip(0, "310B1")]]))
+    assert composed(node, "huawei.com/Ascend310B", ["Ascend310B-0"]) == ContainerEdits(
+        envs={"ASCEND_ALLOW_LINK": "True", "ASCEND_VISIBLE_DEVICES": "0"}
+    )
+
+
+def test_ascend_310b_plain_runtime_uses_the_docker_manager_node(fake_root: FakeRoot) -> None:
+    """Ascend 310B without the runtime: /dev/davinci_manager_docker (when the host has it)
+    is the container's /dev/davinci_manager, and the 310B's media nodes come along."""
+    fake_root.char_device("/dev/davinci_manager_docker")
+    fake_root.char_device("/dev/vpc")
+    fake_root.char_device("/dev/venc")
+    node = open_simulated(fake_root, SimulatedDcmi([[chip(0, "310B1")]]), useAscendRuntime=False)
+    (spec,) = node.specs()
+    assert spec.edits.devices[:1] == (
+        DeviceNode(host_path="/dev/davinci_manager_docker", container_path="/dev/davinci_manager"),
+    )
+    assert {d.host_path for d in spec.edits.devices} >= {"/dev/vpc", "/dev/venc"}
+
+
+def test_a_910_keeps_the_ordinary_manager_node(fake_root: FakeRoot) -> None:
+    """Only a 310B swaps in /dev/davinci_manager_docker; a 910 node that has it still
+    gets /dev/davinci_manager."""
+    fake_root.char_device("/dev/davinci_manager_docker")
+    node = open_simulated(fake_root, SimulatedDcmi.preset("ascend910x8"), useAscendRuntime=False)
+    (spec,) = node.specs()
+    assert spec.edits.devices[0] == DeviceNode(host_path="/dev/davinci_manager")
+
+
+def test_retired_cdi_keys_start_with_a_note_and_write_nothing(fake_root: FakeRoot) -> None:
+    """useCdi / cdiDir are accepted (old configs still start), do nothing, and say so: the
+    host writes CDI specs from the edits now."""
     node = open_simulated(
         fake_root,
-        SimulatedDcmi.preset("ascend910x8-vnpu"),
+        SimulatedDcmi.preset("ascend910x8"),
         useAscendRuntime=False,
         useCdi=True,
         cdiDir="/cdi",
     )
-    assert node.allocate(NPU, ["Ascend910-3", "Ascend910-1"]) == Allocation(
-        cdi_devices=("huawei.com/npu=Ascend910-1", "huawei.com/npu=Ascend910-3")
-    )
-    spec = json.loads(fake_root.at("/cdi/devicehost-huawei.com-npu.json").read_text())
-    assert spec["kind"] == "huawei.com/npu"
-    devices = {d["name"]: d["containerEdits"] for d in spec["devices"]}
-    assert len(devices) == 12
-    assert devices["Ascend910-1"] == {
-        "deviceNodes": [{"path": "/dev/davinci1", "hostPath": "/dev/davinci1", "permissions": "rw"}]
-    }
-    assert devices["Ascend910-4c-212-7"] == {
-        "deviceNodes": [
-            {"path": "/dev/davinci212", "hostPath": "/dev/vdavinci212", "permissions": "rw"}
-        ]
-    }
-    common = spec["containerEdits"]
-    assert [n["path"] for n in common["deviceNodes"]] == [d.host_path for d in SHARED]
-    assert [m["hostPath"] for m in common["mounts"]] == [m.host_path for m in MOUNTS]
-
-
-def test_cdi_spec_is_written_under_root_at_the_host_cdi_dir(fake_root: FakeRoot) -> None:
-    """cdiDir names a host directory: the default /var/run/cdi is written at
-    <root>/var/run/cdi, where the pod mounts the host's, and nowhere else."""
-    node = open_simulated(
-        fake_root, SimulatedDcmi.preset("ascend910x8"), useAscendRuntime=False, useCdi=True
-    )
-    written = node.allocator.write_cdi_spec(node.inventory.all())
-    assert written == fake_root.at("/var/run/cdi/devicehost-huawei.com-npu.json")
-    assert [p.name for p in fake_root.at("/var/run/cdi").iterdir()] == [written.name]
-
-
-def test_unknown_device_is_refused(fake_root: FakeRoot) -> None:
-    """An ID the resource does not have raises UnknownDevice naming resource and ID."""
-    node = open_simulated(fake_root, SimulatedDcmi.preset("ascend910x8-vnpu"))
-    with pytest.raises(UnknownDevice, match=r"'Ascend910-7' for resource 'huawei\.com/Ascend910'"):
-        node.allocate(NPU, ["Ascend910-0", "Ascend910-7"])
+    assert any(n.startswith("useCdi: ignored; the host writes CDI specs") for n in node.notes)
+    assert not fake_root.at("/cdi").exists()
+    assert not fake_root.at("/var/run/cdi").exists()

@@ -10,8 +10,8 @@ from devicehost_ascend.config import KEYS, AscendConfig, parse_config
 
 
 def test_empty_section_gives_the_documented_defaults() -> None:
-    """No keys: DCMI, Ascend Docker Runtime, 5 s health polling, HCCS groups of 4, no CDI
-    (its directory the host's /var/run/cdi)."""
+    """No keys: DCMI, Ascend Docker Runtime, 5 s health polling, HCCS rings from the chips'
+    names (not a fixed size), not strict, no fault codes of the operator's."""
     config = parse_config({})
     assert config == AscendConfig()
     assert (
@@ -19,9 +19,9 @@ def test_empty_section_gives_the_documented_defaults() -> None:
         config.use_ascend_runtime,
         config.health_poll_seconds,
         config.hccs_group_size,
-        config.use_cdi,
-        config.cdi_dir,
-    ) == (True, True, 5.0, 4, False, "/var/run/cdi")
+        config.hccs_strict,
+        config.fault_codes,
+    ) == (True, True, 5.0, None, False, {})
 
 
 def test_unknown_key_is_refused_by_name() -> None:
@@ -36,10 +36,18 @@ def test_unknown_key_is_refused_by_name() -> None:
         ("healthPollSeconds", 0, "healthPollSeconds: expected a positive number of seconds, got 0"),
         ("useAscendRuntime", "no", "useAscendRuntime: expected true or false, got 'no'"),
         ("useDcmi", "off", "useDcmi: expected true or false, got 'off'"),
+        ("hccsStrict", "yes", "hccsStrict: expected true or false, got 'yes'"),
         (
-            "cdiDir",
-            "var/run/cdi",
-            "cdiDir: expected an absolute host path such as /var/run/cdi, got 'var/run/cdi'",
+            "faultCodes",
+            {"Harmless": ["0x80E01801"]},
+            "faultCodes: unknown fault class 'Harmless'; the classes are: NotHandleFault, "
+            "SubHealthFault, RestartRequest, RestartBusiness, FreeRestartNPU, RestartNPU, "
+            "PreSeparateNPU, SeparateNPU",
+        ),
+        (
+            "faultCodes",
+            {"NotHandleFault": ["0x1"], "SeparateNPU": [1]},
+            "faultCodes: code 0x00000001 is listed under NotHandleFault and SeparateNPU",
         ),
         ("hccsGroupSize", -1, "hccsGroupSize: expected a non-negative integer, got -1"),
         (
@@ -102,16 +110,23 @@ def test_error_codes_accept_hex_strings_and_integers() -> None:
     assert config.ignored_error_codes == frozenset({0x80E01801, 2160721929})
 
 
-def test_cdi_cannot_be_combined_with_the_ascend_runtime() -> None:
-    """CDI and Ascend Docker Runtime would both inject the devices, so one must be off."""
-    with pytest.raises(ValueError, match=r"^useCdi: needs useAscendRuntime: false"):
-        parse_config({"useCdi": True})
-    assert parse_config({"useCdi": True, "useAscendRuntime": False}).use_cdi
+def test_fault_codes_map_each_code_to_its_class() -> None:
+    """``faultCodes`` lists codes per fault class; the parser keeps code → class."""
+    config = parse_config({"faultCodes": {"NotHandleFault": ["0x80E01801"], "SeparateNPU": [7]}})
+    assert config.fault_codes == {0x80E01801: "NotHandleFault", 7: "SeparateNPU"}
 
 
-def test_cdi_dir_is_a_normalised_host_path() -> None:
-    """cdiDir is kept as the host path it names, normalised; it is not resolved here."""
-    assert parse_config({"cdiDir": "/var/run//cdi/"}).cdi_dir == "/var/run/cdi"
+def test_group_size_auto_or_a_number() -> None:
+    """``hccsGroupSize`` is "auto" (from the chips' names, the default) or a fixed size."""
+    assert parse_config({"hccsGroupSize": "auto"}).hccs_group_size is None
+    assert parse_config({"hccsGroupSize": 0}).hccs_group_size == 0
+
+
+def test_retired_cdi_keys_are_accepted_and_remembered() -> None:
+    """useCdi and cdiDir no longer do anything (the host writes CDI), but an old config
+    with them still starts; they are kept for a note."""
+    config = parse_config({"useCdi": True, "cdiDir": "/var/run/cdi"})
+    assert config.retired == ("useCdi", "cdiDir")
 
 
 def test_skipping_dcmi_needs_a_fallback_chip_type() -> None:

@@ -27,8 +27,8 @@ def test_conformance_with_vnpus_and_plain_runtime(fake_root: FakeRoot) -> None:
     }
 
 
-def test_conformance_on_a_mixed_node_with_cdi(fake_root: FakeRoot) -> None:
-    """A mixed 910 + 310P node answering with CDI names passes the battery."""
+def test_conformance_on_a_mixed_node_in_plain_runtime(fake_root: FakeRoot) -> None:
+    """A mixed 910 + 310P node handed over as nodes and mounts passes the battery."""
     report = check_driver(
         "ascend",
         fake_root,
@@ -36,8 +36,6 @@ def test_conformance_on_a_mixed_node_with_cdi(fake_root: FakeRoot) -> None:
         config={
             "simulatedNode": "mixed",
             "useAscendRuntime": False,
-            "useCdi": True,
-            "cdiDir": "/var/run/cdi",
         },
     )
     assert report.devices == {"huawei.com/Ascend910": 4, "huawei.com/Ascend310P": 4}
@@ -55,3 +53,15 @@ def test_conformance_on_a_real_layout_tree_without_dcmi(fake_root: FakeRoot) -> 
         config={"fallbackChipType": "Ascend910", "fallbackNumaNodes": {0: "0-3", 1: "4-7"}},
     )
     assert report.healthy == {"huawei.com/Ascend910": 8}
+
+
+def test_conformance_on_each_published_machine(fake_root: FakeRoot) -> None:
+    """Each published Ascend machine passes the battery with its chips all Healthy."""
+    for node, resource in (
+        ("atlas-800-9000", "huawei.com/Ascend910"),
+        ("atlas-800t-a2", "huawei.com/Ascend910"),
+        ("atlas-800-3000", "huawei.com/Ascend310P"),
+    ):
+        root = FakeRoot(fake_root.path / node)
+        report = check_driver("ascend", root, simulated=True, node=node)
+        assert report.healthy == {resource: 8}, node

@@ -30,6 +30,8 @@ from devicehost.testing import FakeRoot
         (dc.EventFilter, 48),
         (dc.DmsFaultEvent, 352),
         (dc.Event, 360),
+        (dc.HbmInfo, 32),
+        (dc.MemoryInfo, 112),
     ],
 )
 def test_structure_sizes_match_the_c_layout(structure: type[ctypes.Structure], size: int) -> None:

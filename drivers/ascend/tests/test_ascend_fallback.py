@@ -121,10 +121,8 @@ def test_vnpu_nodes_are_served_with_configured_cores(fake_root: FakeRoot) -> Non
         "Ascend310P-2c-100",
         "Ascend310P-2c-101",
     ]
-    allocation = driver.devicehost_allocate(
-        resource="huawei.com/Ascend310P-4c", device_ids=["Ascend310P-4c-102"]
-    )
-    assert allocation.envs == {"ASCEND_VISIBLE_DEVICES": "102", "ASCEND_RUNTIME_OPTIONS": "VIRTUAL"}
+    (vnpu,) = driver.devicehost_enumerate(resource="huawei.com/Ascend310P-4c")
+    assert vnpu.edits.envs == {"ASCEND_VISIBLE_DEVICES": "102", "ASCEND_RUNTIME_OPTIONS": "VIRTUAL"}
 
 
 def test_unsized_vnpu_nodes_are_left_out_with_a_note(fake_root: FakeRoot) -> None:

@@ -6,7 +6,14 @@ import threading
 
 import pytest
 from ascend_helpers import chip, open_simulated
-from devicehost_ascend.dcmi_sim import SIMULATED_FAULT_CODE, SimulatedDcmi
+from devicehost_ascend.dcmi_sim import (
+    MAJOR,
+    MINOR,
+    SIMULATED_ALARM_CODE,
+    SIMULATED_FAULT_CODE,
+    SimulatedDcmi,
+)
+from devicehost_ascend.fault_codes import SHIPPED, FaultTable
 from devicehost_ascend.health import judge
 from devicehost_ascend.node import AscendNode
 
@@ -61,22 +68,143 @@ def test_a_chip_dcmi_cannot_read_is_unhealthy(fake_root: FakeRoot) -> None:
 
 
 @pytest.mark.parametrize(
-    ("code", "errors", "ignored", "expected", "reason"),
+    ("code", "errors", "severities", "expected", "reason"),
     [
-        (0, [], set(), Health.HEALTHY, ""),
-        (3, [0x80E01801], set(), Health.UNHEALTHY, "DCMI health 3, error codes 0x80E01801"),
-        (1, [], set(), Health.UNHEALTHY, "DCMI health 1"),
-        (0, [0x10], set(), Health.UNHEALTHY, "DCMI health 0, error codes 0x00000010"),
-        (2, [0x10], {0x10}, Health.HEALTHY, "ignoring error codes 0x00000010"),
-        (2, [0x10, 0x20], {0x10}, Health.UNHEALTHY, "DCMI health 2, error codes 0x00000020"),
+        (0, [], {}, Health.HEALTHY, ""),
+        (
+            2,
+            [0x80E01801],
+            {},
+            Health.UNHEALTHY,
+            "RestartBusiness: DCMI health 2, fault codes 0x80E01801 RestartBusiness (table)",
+        ),
+        (
+            1,
+            [0x80E21007],
+            {},
+            Health.HEALTHY,
+            "NotHandleFault: DCMI health 1, fault codes 0x80E21007 NotHandleFault (table)",
+        ),
+        (
+            1,
+            [0x81A3880C],
+            {},
+            Health.HEALTHY,
+            "SubHealthFault: DCMI health 1, fault codes 0x81A3880C SubHealthFault (table)",
+        ),
+        (1, [], {}, Health.HEALTHY, "DCMI health 1 without a fault code: an alarm only"),
+        (
+            1,
+            [0x10],
+            {0x10: 1},
+            Health.HEALTHY,
+            "NotHandleFault: DCMI health 1, fault codes 0x00000010 NotHandleFault "
+            "(not in the table, severity 1)",
+        ),
+        (
+            2,
+            [0x10],
+            {0x10: 2},
+            Health.UNHEALTHY,
+            "SeparateNPU: DCMI health 2, fault codes 0x00000010 SeparateNPU "
+            "(not in the table, severity 2)",
+        ),
+        (
+            1,
+            [0x10],
+            {},
+            Health.UNHEALTHY,
+            "SeparateNPU: DCMI health 1, fault codes 0x00000010 SeparateNPU "
+            "(not in the table, severity unknown)",
+        ),
+        (
+            None,
+            [],
+            {},
+            Health.UNHEALTHY,
+            "RestartNPU: card dropped (DCMI -8012, device not ready); "
+            "0x40F84E00 RestartNPU (table)",
+        ),
     ],
 )
 def test_health_rule(
-    code: int, errors: list[int], ignored: set[int], expected: Health, reason: str
+    code: int | None, errors: list[int], severities: dict[int, int], expected: Health, reason: str
 ) -> None:
-    """Healthy: health 0 and no error code, or only ignored error codes; else Unhealthy."""
-    result = judge(code, errors, frozenset(ignored))
+    """Each code is classed by Huawei's shipped table, else by its event's severity; the
+    chip is Healthy when the worst class is NotHandleFault or SubHealthFault; a health
+    value alone is an alarm, a dropped card (None) is RestartNPU."""
+    result = judge(code, errors, FaultTable(), severities)
     assert (result.health, result.reason) == (expected, reason)
+
+
+def test_a_not_handled_alarm_keeps_the_chip(fake_root: FakeRoot) -> None:
+    """A minor alarm whose code Huawei's table classes NotHandleFault leaves the chip
+    Healthy (before, any code took the chip out of service)."""
+    sim = SimulatedDcmi.preset("ascend910x8")
+    node = open_simulated(fake_root, sim)
+    sim.inject_fault(4, code=SIMULATED_ALARM_CODE, severity=MINOR)
+    assert health(node)["Ascend910-4"] == Health.HEALTHY
+
+
+def test_a_health_value_without_a_code_keeps_the_chip(fake_root: FakeRoot) -> None:
+    """DCMI health 1 with no fault code is an alarm level, not a fault: Healthy."""
+    sim = SimulatedDcmi.preset("ascend910x8")
+    node = open_simulated(fake_root, sim)
+    sim.raise_alarm(2)
+    assert health(node)["Ascend910-2"] == Health.HEALTHY
+
+
+def test_a_dropped_card_is_unhealthy_until_it_is_back(fake_root: FakeRoot) -> None:
+    """A card that answers "not ready" (-8012) has dropped: Unhealthy; back: Healthy."""
+    sim = SimulatedDcmi.preset("ascend910x8")
+    node = open_simulated(fake_root, sim)
+    sim.drop(6)
+    assert health(node)["Ascend910-6"] == Health.UNHEALTHY
+    sim.recover(6)
+    assert health(node)["Ascend910-6"] == Health.HEALTHY
+
+
+def test_an_unlisted_code_is_judged_by_its_pushed_severity(fake_root: FakeRoot) -> None:
+    """A code not in the table is judged by the severity its fault event carried: minor
+    keeps the chip, major takes it; pushed events are what teach the driver a severity."""
+    sim = SimulatedDcmi.preset("ascend910x8")
+    node = open_simulated(fake_root, sim)
+    sim.inject_fault(0, code=0x12345678, severity=MINOR)
+    sim.inject_fault(1, code=0x12345679, severity=MAJOR)
+    states = health(node)
+    assert (states["Ascend910-0"], states["Ascend910-1"]) == (Health.HEALTHY, Health.UNHEALTHY)
+
+
+def test_an_unlisted_code_seen_only_by_polling_is_unhealthy(fake_root: FakeRoot) -> None:
+    """Without an event the severity is unknown: the reference then separates the chip."""
+    sim = SimulatedDcmi.preset("ascend910x8")
+    node = open_simulated(fake_root, sim)
+    sim.inject_fault(0, code=0x12345678, severity=MINOR, event=False)
+    assert health(node)["Ascend910-0"] == Health.UNHEALTHY
+
+
+def test_operators_extend_the_table_in_config(fake_root: FakeRoot) -> None:
+    """faultCodes moves a code to another class: a shipped RestartBusiness code declared
+    NotHandleFault keeps the chip, an unlisted code declared SeparateNPU takes it."""
+    sim = SimulatedDcmi.preset("ascend910x8")
+    node = open_simulated(
+        fake_root,
+        sim,
+        faultCodes={"NotHandleFault": [f"0x{SIMULATED_FAULT_CODE:X}"], "SeparateNPU": [0x42]},
+    )
+    sim.inject_fault(3)
+    sim.inject_fault(5, code=0x42, severity=MINOR)
+    states = health(node)
+    assert (states["Ascend910-3"], states["Ascend910-5"]) == (Health.HEALTHY, Health.UNHEALTHY)
+
+
+def test_shipped_table_is_huaweis() -> None:
+    """The table holds every code of the reference's faultCode.json lists, each once, with
+    the more serious class for the one code shipped in two lists."""
+    assert len(SHIPPED) == 802
+    assert SHIPPED[0xA2301001] == "SeparateNPU"
+    assert SHIPPED[0x80E01801] == "RestartBusiness"
+    assert SHIPPED[0x40F84E00] == "RestartNPU"
 
 
 class StopEvent(threading.Event):

@@ -9,7 +9,8 @@ from devicehost_ascend.dcmi import (
     DcmiError,
     FaultEvent,
 )
-from devicehost_ascend.dcmi_sim import SIMULATED_FAULT_CODE, SimulatedDcmi
+from devicehost_ascend.dcmi_sim import SIMULATED_ALARM_CODE, SIMULATED_FAULT_CODE, SimulatedDcmi
+from devicehost_ascend.fault_codes import SHIPPED
 
 from devicehost.sysfs import pci_numa_node, read_attr
 from devicehost.testing import FakeRoot
@@ -35,19 +36,36 @@ def test_bad_addresses_fail_like_dcmi() -> None:
 
 
 def test_fault_and_recovery_change_health_and_push_events() -> None:
-    """A fault sets health 3 and an error code and pushes assertion 1; recovery undoes it
-    and pushes assertion 0, both naming the chip's logical ID."""
+    """A fault sets its alarm level (major, 2) and its code, and pushes assertion 1 with
+    that code and severity; recovery undoes it and pushes assertion 0 for the code, both
+    naming the chip's logical ID."""
     sim = SimulatedDcmi.preset("ascend910x8")
     events: list[FaultEvent] = []
     assert sim.subscribe_faults(events.append)
     sim.inject_fault(4)
-    assert (sim.health(4, 0), sim.error_codes(4, 0)) == (3, [SIMULATED_FAULT_CODE])
+    assert (sim.health(4, 0), sim.error_codes(4, 0)) == (2, [SIMULATED_FAULT_CODE])
     sim.recover(4)
     assert (sim.health(4, 0), sim.error_codes(4, 0)) == (0, [])
-    assert [(e.logic_id, e.assertion) for e in events] == [
-        (4, ASSERTION_RAISED),
-        (4, ASSERTION_RECOVERED),
+    assert [(e.logic_id, e.event_id, e.severity, e.assertion) for e in events] == [
+        (4, SIMULATED_FAULT_CODE, 2, ASSERTION_RAISED),
+        (4, SIMULATED_FAULT_CODE, 0, ASSERTION_RECOVERED),
     ]
+
+
+def test_simulated_faults_use_codes_of_huaweis_table() -> None:
+    """The default fault and alarm are real codes: RestartBusiness and NotHandleFault."""
+    assert SHIPPED[SIMULATED_FAULT_CODE] == "RestartBusiness"
+    assert SHIPPED[SIMULATED_ALARM_CODE] == "NotHandleFault"
+
+
+def test_a_dropped_card_answers_not_ready() -> None:
+    """After a card drop, health and error codes fail with -8012, as DCMI does."""
+    sim = SimulatedDcmi.preset("ascend910x8")
+    sim.drop(1)
+    with pytest.raises(DcmiError, match="-8012"):
+        sim.health(1, 0)
+    with pytest.raises(DcmiError, match="-8012"):
+        sim.error_codes(1, 0)
 
 
 def test_one_subscription_per_process() -> None:

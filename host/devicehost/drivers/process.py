@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from devicehost.drivers.protocol import HEADER, ProtocolError, body_length, decode, encode
-from devicehost.errors import DriverError, DriverTimeout, DriverUnavailable
+from devicehost.errors import DriverError, DriverTimeout, DriverUnavailable, RequestRefused
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ class WorkerProcess:
         try:
             async with asyncio.timeout(timeout):
                 return await future
-        except (DriverError, DriverUnavailable):
+        except (DriverError, DriverUnavailable, RequestRefused):
             raise
         except ValueError as exc:
             raise DriverError(self.driver, hook, f"ValueError: {exc}") from exc
@@ -323,6 +323,8 @@ def _error(message: dict[str, Any]) -> Exception:
     kind = message.get("kind")
     if kind == "unavailable":
         return DriverUnavailable(text)
+    if kind == "refused":
+        return RequestRefused(text)
     if kind == "value":
         return ValueError(text.removeprefix("ValueError: "))
     return RuntimeError(text)

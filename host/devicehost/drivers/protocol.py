@@ -15,7 +15,7 @@ Worker → host:
   {"unavailable": reason} / {"failed": reason}  it could not be loaded
   {"invalid": reason}                           pluggy refused its hooks (a code bug)
   {"result": id, "value": plain}                a hook returned
-  {"error": id, "kind": "error"|"unavailable"|"value", "message": text}
+  {"error": id, "kind": "error"|"unavailable"|"value"|"refused"|"cancelled", "message": text}
   {"notify": resource}                          a watch hook called ``notify()``
   {"watch_error": resource, "message": text}    a watch hook raised (it is restarted)
 """

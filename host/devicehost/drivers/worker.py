@@ -34,7 +34,7 @@ from importlib_metadata import EntryPoint, entry_points
 
 from devicehost import hookspecs
 from devicehost.drivers.protocol import HEADER, NotPlain, body_length, decode, encode, to_plain
-from devicehost.errors import DriverUnavailable
+from devicehost.errors import DriverUnavailable, RequestRefused
 
 log = logging.getLogger("devicehost.worker")
 
@@ -190,6 +190,8 @@ class Worker:
             value = to_plain(self.call(hook, kwargs))
         except DriverUnavailable as exc:
             self.send({"error": call_id, "kind": "unavailable", "message": str(exc)})
+        except RequestRefused as exc:
+            self.send({"error": call_id, "kind": "refused", "message": str(exc)})
         except NotPlain as exc:
             self.send({"error": call_id, "kind": "error", "message": f"returned {exc}"})
         except ValueError as exc:
