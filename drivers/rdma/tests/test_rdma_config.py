@@ -13,14 +13,17 @@ from devicehost.testing import FakeRoot
 
 
 def test_defaults_without_config() -> None:
-    """No keys: the two default pools, a 1 s poll, no CDI."""
+    """No keys: the two default pools (Mellanox only, split by link layer), a 1 s poll."""
     config = parse_config({})
     assert config.pools == DEFAULT_POOLS
-    assert [(p.resource_name, p.mode, p.slots, p.selectors.link_types) for p in config.pools] == [
-        ("rdma/hca", Mode.EXCLUSIVE, 0, ("infiniband",)),
-        ("rdma/hca_shared", Mode.SHARED, 100, ("ethernet",)),
+    assert [
+        (p.resource_name, p.mode, p.slots, p.selectors.vendors, p.selectors.link_types)
+        for p in config.pools
+    ] == [
+        ("rdma/hca", Mode.EXCLUSIVE, 0, ("15b3",), ("infiniband",)),
+        ("rdma/hca_shared", Mode.SHARED, 100, ("15b3",), ("ethernet",)),
     ]
-    assert (config.poll_interval, config.cdi.enabled) == (1.0, False)
+    assert config.poll_interval == 1.0
 
 
 def test_full_config_is_parsed_and_normalised() -> None:
@@ -28,7 +31,6 @@ def test_full_config_is_parsed_and_normalised() -> None:
     config = parse_config(
         {
             "pollIntervalSeconds": 0.5,
-            "cdi": {"enabled": True, "dir": "/etc/cdi", "kind": "example.com/rdma"},
             "pools": [
                 {
                     "resourceName": "rdma/hca_shared_devices_a",
@@ -56,11 +58,7 @@ def test_full_config_is_parsed_and_normalised() -> None:
         pci_addresses=("0000:3d:00.1",),
         function_types=("vf",),
     )
-    assert (config.poll_interval, config.cdi.dir, config.cdi.kind) == (
-        0.5,
-        "/etc/cdi",
-        "example.com/rdma",
-    )
+    assert config.poll_interval == 0.5
 
 
 def test_shared_pool_slots_default_to_100() -> None:
@@ -80,7 +78,7 @@ POOL = {"resourceName": "rdma/x", "mode": "exclusive"}
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"pool": []}, "pool: unknown key; expected one of pools, pollIntervalSeconds, cdi"),
+        ({"pool": []}, "pool: unknown key; expected one of pools, pollIntervalSeconds"),
         ({"pools": {"a": 1}}, "pools: expected a list of pools, got {'a': 1}"),
         (
             {"pools": [{"mode": "shared"}]},
@@ -148,11 +146,10 @@ POOL = {"resourceName": "rdma/x", "mode": "exclusive"}
             {"pollIntervalSeconds": 0},
             "pollIntervalSeconds: expected a number of seconds above 0, at most 60, got 0",
         ),
-        ({"cdi": {"enabled": "yes"}}, "cdi.enabled: expected true or false, got 'yes'"),
-        ({"cdi": {"dir": "cdi"}}, "cdi.dir: expected an absolute path, got 'cdi'"),
         (
-            {"cdi": {"kind": "rdma"}},
-            "cdi.kind: expected a CDI kind such as vendor.com/class, got 'rdma'",
+            {"cdi": {"enabled": True}},
+            "cdi: removed; the driver no longer writes CDI specs: the host writes one per "
+            "resource (the host config's `cdi:` section), under the project's own CDI vendor",
         ),
     ],
 )
