@@ -79,9 +79,7 @@ def exclusive_edits(pool: Pool, hca: Hca, nodes: DevNodes) -> ContainerEdits:
 
 def shared_edits(hcas: Sequence[Hca], nodes: DevNodes) -> ContainerEdits:
     """What any slot of a shared pool gives: every HCA of the pool, in natural order."""
-    given = sorted(
-        {h.name: h for h in hcas if h.name}.values(), key=lambda h: natural_key(h.name)
-    )
+    given = sorted({h.name: h for h in hcas if h.name}.values(), key=lambda h: natural_key(h.name))
     return ContainerEdits(
         envs={RDMA_DEVICES_ENV: ",".join(h.name for h in given)} if given else {},
         devices=tuple(node for hca in given for node in hca_nodes(hca, nodes)),

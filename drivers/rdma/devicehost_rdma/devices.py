@@ -75,7 +75,9 @@ def pool_devices(
             if hca.key in devices:
                 # One PCI function, two RDMA devices (a RoCE LAG bond device beside its
                 # port): the first keeps the ID; the other cannot be told apart by it.
-                log.warning("%s shares PCI function %s with another HCA; not listed", hca.name, hca.key)
+                log.warning(
+                    "%s shares PCI function %s with another HCA; not listed", hca.name, hca.key
+                )
                 continue
             devices[hca.key] = Device(
                 id=hca.key,

@@ -13,7 +13,8 @@ Layout written for each HCA (``<fn>`` = ``/sys/devices/<bus>/<address>``)::
 
     <fn>/{vendor,device,class,numa_node,driver→}, <fn>/physfn→ (a VF), <fn>/virtfnN→ (a PF)
     <fn>/mlx5_core.rdma.N/driver→  (the auxiliary device mlx5_ib binds; ice.roce.N for irdma)
-    <fn>/infiniband/<ibdev>/{device→<fn>, node_type, fw_ver, ports/<n>/{state,phys_state,link_layer}}
+    <fn>/infiniband/<ibdev>/{device→<fn>, node_type, fw_ver,
+                             ports/<n>/{state,phys_state,link_layer}}
       (irdma: <fn>/ice.roce.N/infiniband/<ibdev>, device→ the auxiliary device)
     <fn>/infiniband_verbs/uverbsN/ibdev, <fn>/infiniband_mad/{umadN,issmN}/{ibdev,port}
     <fn>/net/<ifname>/{operstate,type,dev_port}
@@ -273,7 +274,9 @@ def move_to_pod_netns(root: FakeRoot | Path, ibdev: str) -> None:
     for entry in _class_entries(fake, parent, ibdev):
         fake.remove(f"/sys/class/{entry}")
         fake.remove(f"{parent}/{entry}")
-    pci_function = parent if _PCI_ADDRESS.match(parent.rsplit("/", 1)[-1]) else parent.rsplit("/", 1)[0]
+    pci_function = (
+        parent if _PCI_ADDRESS.match(parent.rsplit("/", 1)[-1]) else parent.rsplit("/", 1)[0]
+    )
     net = fake.at(f"{pci_function}/net")
     for ifdir in sorted(net.iterdir()) if net.is_dir() else []:
         fake.remove(f"/sys/class/net/{ifdir.name}")

@@ -83,7 +83,7 @@ def test_atlas_nodes_have_no_rdma_device_and_say_so(run_host, node: str) -> None
 
 def test_unknown_node_name_is_refused_naming_the_known_ones(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A misspelt node name is an error that lists the names this driver knows."""
-    with pytest.raises(ValueError, match="unknown simulated node 'dgx-h10'.*'dgx-h100'"):
+    with pytest.raises(ValueError, match=r"unknown simulated node 'dgx-h10'.*'dgx-h100'"):
         RdmaDriver().devicehost_simulate(root=tmp_path, node="dgx-h10")
 
 

@@ -36,9 +36,7 @@ def nodes(response) -> list[str]:  # type: ignore[no-untyped-def]
     return [d.host_path.removeprefix("/dev/infiniband/") for d in response.devices]
 
 
-def test_link_down_and_up_streams_refuses_and_allocates(
-    kubelet: KubeletStandIn, run_host
-) -> None:
+def test_link_down_and_up_streams_refuses_and_allocates(kubelet: KubeletStandIn, run_host) -> None:
     """On the simulated node with default settings (1 s poll): a port going down shows
     Unhealthy in ListAndWatch, Allocate refuses the device with FAILED_PRECONDITION, the
     port coming back shows Healthy, and Allocate then answers — composed by the host from

@@ -46,13 +46,17 @@ def test_simulate_hook_builds_the_default_node(fake_root: FakeRoot) -> None:
 def test_simulate_health_writes_port_state_files(fake_root: FakeRoot) -> None:
     """Unhealthy pulls the cable (DOWN / Polling); healthy plugs it back."""
     driver = simulated_driver(fake_root)
-    assert driver.devicehost_simulate_health(resource="rdma/hca", device_id=id_of(driver, "mlx5_2"), healthy=False)
+    assert driver.devicehost_simulate_health(
+        resource="rdma/hca", device_id=id_of(driver, "mlx5_2"), healthy=False
+    )
     assert (
         fake_root.at(PORT.format("mlx5_2", "state")).read_text(),
         fake_root.at(PORT.format("mlx5_2", "phys_state")).read_text(),
     ) == ("1: DOWN\n", "2: Polling\n")
     assert health(driver, "rdma/hca")["mlx5_2"] == "Unhealthy"
-    driver.devicehost_simulate_health(resource="rdma/hca", device_id=id_of(driver, "mlx5_2"), healthy=True)
+    driver.devicehost_simulate_health(
+        resource="rdma/hca", device_id=id_of(driver, "mlx5_2"), healthy=True
+    )
     assert health(driver, "rdma/hca")["mlx5_2"] == "Healthy"
 
 
