@@ -8,7 +8,7 @@ import pytest
 from devicehost_rdma.config import DEFAULT_POOLS, Mode, Selectors, parse_config
 from devicehost_rdma.simulated import two_port_hca
 
-from devicehost import ConfigError
+from devicehost.drivers.discovery import DriverStatus
 from devicehost.testing import FakeRoot
 
 
@@ -160,13 +160,16 @@ def test_bad_config_names_the_key(config: dict[str, Any], message: str) -> None:
     assert str(caught.value) == message
 
 
-def test_bad_config_stops_the_host_with_a_config_error(fake_root: FakeRoot, run_host) -> None:
-    """Through the host, a bad rdma section is a ConfigError under drivers.rdma."""
+def test_bad_config_fails_the_driver_naming_the_key(fake_root: FakeRoot, run_host) -> None:
+    """Through the host, a bad rdma section fails the rdma driver (not the host), and its
+    reason names drivers.rdma and the key."""
     two_port_hca(fake_root)
-    with pytest.raises(ConfigError) as caught:
-        run_host(
-            enabled_drivers=("rdma",),
-            drivers={"rdma": {"pools": [{"resourceName": "rdma/x", "mode": "x"}]}},
-        )
-    assert "drivers.rdma" in str(caught.value)
-    assert "pools[0].mode: expected one of shared, exclusive, got 'x'" in str(caught.value)
+    host = run_host(
+        enabled_drivers=("rdma",),
+        drivers={"rdma": {"pools": [{"resourceName": "rdma/x", "mode": "x"}]}},
+    )
+    [info] = [i for i in host.host.plugins.infos if i.name == "rdma"]
+    assert info.status is DriverStatus.FAILED
+    assert info.reason == (
+        "config drivers.rdma: pools[0].mode: expected one of shared, exclusive, got 'x'"
+    )

@@ -44,17 +44,17 @@ def test_link_down_and_up_streams_refuses_and_allocates(kubelet: KubeletStandIn,
     RDMA_DEVICES and its PCI address in PCIDEVICE_RDMA_HCA."""
     host = run_host(enabled_drivers=("rdma",), simulate=True)
     tree = host.simulated_root("rdma").path
-    kubelet.wait_registered(HCA)
-    kubelet.wait_devices(HCA, lambda d: len(d) == 8)
+    kubelet.wait_registered(HCA, timeout=30)
+    kubelet.wait_devices(HCA, lambda d: len(d) == 8, timeout=30)
 
     set_link(tree, "mlx5_3", up=False)
-    kubelet.wait_health(HCA, MLX5_3, "Unhealthy")
+    kubelet.wait_health(HCA, MLX5_3, "Unhealthy", timeout=30)
     with pytest.raises(grpc.RpcError) as refused:
         kubelet.allocate(HCA, [[MLX5_3]])
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
     set_link(tree, "mlx5_3", up=True)
-    kubelet.wait_health(HCA, MLX5_3, "Healthy")
+    kubelet.wait_health(HCA, MLX5_3, "Healthy", timeout=30)
     response = kubelet.allocate(HCA, [[MLX5_3]])[0]
     assert [(d.host_path, d.container_path, d.permissions) for d in response.devices] == [
         ("/dev/infiniband/rdma_cm", "/dev/infiniband/rdma_cm", "rw"),
@@ -74,7 +74,7 @@ def test_shared_slot_gives_every_pool_member_whatever_its_link(
     with both links down the slots turn Unhealthy."""
     two_port_hca(fake_root, link_layer="Ethernet")
     rdma_host(run_host, pools=[shared_pool(SHARED, slots=2)], pollIntervalSeconds=0.1)
-    kubelet.wait_devices(SHARED, lambda d: len(d) == 2)
+    kubelet.wait_devices(SHARED, lambda d: len(d) == 2, timeout=30)
     set_link(fake_root.path, "mlx5_1", up=False)
     response = kubelet.allocate(SHARED, [["slot-1"]])[0]
     assert dict(response.envs) == {"RDMA_DEVICES": "mlx5_0,mlx5_1"}
@@ -82,7 +82,7 @@ def test_shared_slot_gives_every_pool_member_whatever_its_link(
         "rdma_cm", "uverbs0", "umad0", "issm0", "uverbs1", "umad1", "issm1"
     ]  # fmt: skip
     set_link(fake_root.path, "mlx5_0", up=False)
-    kubelet.wait_health(SHARED, "slot-1", "Unhealthy")
+    kubelet.wait_health(SHARED, "slot-1", "Unhealthy", timeout=30)
 
 
 def test_shared_slot_follows_an_unplugged_pool_member(
@@ -93,10 +93,10 @@ def test_shared_slot_follows_an_unplugged_pool_member(
     are declared with each enumeration, not fixed at registration."""
     two_port_hca(fake_root, link_layer="Ethernet")
     rdma_host(run_host, pools=[shared_pool(SHARED, slots=2)], pollIntervalSeconds=0.1)
-    kubelet.wait_devices(SHARED, lambda d: len(d) == 2)
+    kubelet.wait_devices(SHARED, lambda d: len(d) == 2, timeout=30)
     fake_root.remove("/sys/class/infiniband/mlx5_1")
-    kubelet.wait_devices(SHARED, lambda d: True)
-    deadline = time.monotonic() + 10
+    kubelet.wait_devices(SHARED, lambda d: True, timeout=30)
+    deadline = time.monotonic() + 30
     while True:
         response = kubelet.allocate(SHARED, [["slot-0"]])[0]
         if dict(response.envs) == {"RDMA_DEVICES": "mlx5_0"} or time.monotonic() > deadline:
@@ -111,9 +111,9 @@ def test_removed_hca_leaves_the_device_list(
     """Hot-unplug: the HCA (its PCI function gone too) disappears from ListAndWatch."""
     two_port_hca(fake_root)
     rdma_host(run_host, pools=[exclusive_pool(HCA)], pollIntervalSeconds=0.1)
-    kubelet.wait_devices(HCA, lambda d: set(d) == {"0000:3d:00.0", "0000:3d:00.1"})
+    kubelet.wait_devices(HCA, lambda d: set(d) == {"0000:3d:00.0", "0000:3d:00.1"}, timeout=30)
     fake_root.remove("/sys/class/infiniband/mlx5_1")
-    kubelet.wait_devices(HCA, lambda d: set(d) == {"0000:3d:00.0"})
+    kubelet.wait_devices(HCA, lambda d: set(d) == {"0000:3d:00.0"}, timeout=30)
 
 
 def test_pool_matching_nothing_registers_empty_with_a_note(
@@ -125,8 +125,8 @@ def test_pool_matching_nothing_registers_empty_with_a_note(
     host = rdma_host(
         run_host, pools=[exclusive_pool(HCA), shared_pool(SHARED, linkTypes=["ethernet"])]
     )
-    kubelet.wait_registered(SHARED)
-    kubelet.wait_devices(HCA, lambda d: len(d) == 2)
+    kubelet.wait_registered(SHARED, timeout=30)
+    kubelet.wait_devices(HCA, lambda d: len(d) == 2, timeout=30)
     assert first_list(kubelet, SHARED) == {}
     [info] = [i for i in host.host.plugins.infos if i.name == "rdma"]
     assert info.notes == [
@@ -140,7 +140,7 @@ def test_preferred_allocation_over_grpc_keeps_to_one_switch(
 ) -> None:
     """GetPreferredAllocation for two of the simulated IB HCAs picks one switch's pair."""
     run_host(enabled_drivers=("rdma",), simulate=True)
-    kubelet.wait_devices(HCA, lambda d: len(d) == 8)
+    kubelet.wait_devices(HCA, lambda d: len(d) == 8, timeout=30)
     assert kubelet.options(HCA).get_preferred_allocation_available
     # Three free on each NUMA node (mlx5_0, mlx5_2, mlx5_3 | mlx5_4, mlx5_5, mlx5_8): on
     # node 0 the pair behind one switch wins over mlx5_0, which address order would take.

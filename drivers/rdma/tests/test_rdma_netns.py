@@ -32,7 +32,7 @@ def test_device_inside_a_pods_namespace_stays_listed(
     # A second change, made after the move, that ListAndWatch must show: once it has,
     # the move was enumerated too.
     set_link(fake_root.path, "mlx5_0", up=False)
-    devices = kubelet.wait_health(HCA, MLX5_0, "Unhealthy")
+    devices = kubelet.wait_health(HCA, MLX5_0, "Unhealthy", timeout=30)
     assert len(devices) == 8
     assert devices[MLX5_4].health == "Healthy"
 
