@@ -42,7 +42,7 @@ def test_default_pools_never_take_the_e810_and_a_note_names_it(
     irdma devices, which a note names as claimed by no pool."""
     host = dgx_host(run_host)
     kubelet.wait_devices(SHARED, lambda d: len(d) == 100, timeout=30)
-    response = kubelet.allocate(SHARED, [["slot-0"]]).container_responses[0]
+    response = kubelet.allocate(SHARED, [["slot-0"]])[0]
     assert dict(response.envs) == {"RDMA_DEVICES": "mlx5_1,mlx5_2,mlx5_7,mlx5_8"}
     [info] = [i for i in host.host.plugins.infos if i.name == "rdma"]
     assert info.notes == [
@@ -66,7 +66,7 @@ def test_vf_pool_gives_pcidevice_as_the_sriov_plugin_does(
     devices = kubelet.wait_devices("rdma/ib_vf", lambda d: len(d) == 16, timeout=30)
     assert {"0000:18:00.1", "0000:18:00.2", "0000:dc:00.2"} <= set(devices)
     response = kubelet.allocate("rdma/ib_vf", [["0000:40:00.2", "0000:18:00.1"]])
-    envs = dict(response.container_responses[0].envs)
+    envs = dict(response[0].envs)
     assert envs["PCIDEVICE_RDMA_IB_VF"] == "0000:40:00.2,0000:18:00.1"
     assert envs["RDMA_DEVICES"] == "mlx5_15,mlx5_12"
 
