@@ -18,12 +18,24 @@ from devicehost_rdma.discovery import (
     netns_mode,
 )
 from devicehost_rdma.hca import Hca
-from devicehost_rdma.pools import members, overlaps, why_empty
+from devicehost_rdma.pools import members, overlaps, unclaimed, why_empty
+
+
+def _describe(hca: Hca) -> str:
+    ids = f"{hca.vendor}:{hca.device_id}" if hca.vendor and hca.device_id else "no PCI IDs"
+    return f"{hca.label} [{ids}, {hca.driver or 'no driver'}]"
 
 
 def pool_notes(config: RdmaConfig, hcas: Sequence[Hca]) -> list[str]:
-    """Pools that select nothing (and why), HCAs that two pools hand out."""
+    """Pools that select nothing (and why), HCAs that two pools hand out, HCAs no pool
+    claims."""
     notes = [why_empty(pool, hcas) for pool in config.pools if not members(pool, hcas)]
+    left = unclaimed(config.pools, hcas)
+    if left:
+        notes.append(
+            f"RDMA devices no pool claims, served to no pod: {', '.join(map(_describe, left))}; "
+            "add a pool whose selectors match them if workloads should get them"
+        )
     for name, resources in overlaps(config.pools, hcas).items():
         notes.append(
             f"{name} is in pools {', '.join(resources)}: it can be given to two pods "
@@ -40,14 +52,14 @@ def netns_note(root: Path, config: RdmaConfig) -> list[str]:
     return [
         f"RDMA namespace mode is exclusive (/{NETNS_MODE} is N): shared pools "
         f"{', '.join(shared)} are unusable, because each RDMA device is visible in one "
-        "network namespace only and pods run in their own; run `rdma system set netns "
-        "shared` or load ib_core with netns_mode=1"
+        "network namespace only and pods run in their own, so their slots are advertised "
+        "Unhealthy; run `rdma system set netns shared` or load ib_core with netns_mode=1"
     ]
 
 
 def char_device_notes(root: Path, config: RdmaConfig, hcas: Sequence[Hca]) -> list[str]:
     """Character devices a container given these HCAs would need but the node lacks."""
-    used = {h.name: h for pool in config.pools for h in members(pool, hcas)}
+    used = {h.name: h for pool in config.pools for h in members(pool, hcas) if not h.away}
     notes = []
     no_verbs = [
         name for name, h in used.items() if not any(c.startswith("uverbs") for c in h.char_devices)

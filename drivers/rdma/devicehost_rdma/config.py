@@ -22,8 +22,8 @@ MAX_SLOTS = 1000
 DEFAULT_SLOTS = 100
 DEFAULT_POLL_SECONDS = 1.0
 MAX_POLL_SECONDS = 60.0
-DEFAULT_CDI_DIR = "/var/run/cdi"
-DEFAULT_CDI_KIND = "devicehost.io/rdma"
+#: PCI vendor ID of Mellanox (NVIDIA networking): what the default pools select.
+MELLANOX_VENDOR = "15b3"
 
 _LINK_TYPES = {
     "infiniband": "infiniband",
@@ -35,7 +35,6 @@ _LINK_TYPES = {
 }
 _FUNCTION_TYPES = ("pf", "vf")
 _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-_CDI_KIND = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 
 class Mode(enum.StrEnum):
@@ -80,30 +79,25 @@ class Pool:
         return self.mode is Mode.SHARED
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class CdiSettings:
-    """Whether and where the driver writes a CDI spec for its HCAs."""
-
-    enabled: bool = False
-    dir: str = DEFAULT_CDI_DIR
-    kind: str = DEFAULT_CDI_KIND
-
-
-#: Used when the config has no ``pools`` key: InfiniBand HCAs (the compute fabric, one
-#: per GPU) exclusive and topology-aware; Ethernet/RoCE HCAs shared. Split by link layer,
-#: so no HCA is handed out by both (only an HCA with ports of both kinds could be, and a
-#: start-up note would name it).
+#: Used when the config has no ``pools`` key: Mellanox InfiniBand HCAs (the compute
+#: fabric, one per GPU) exclusive and topology-aware; Mellanox Ethernet/RoCE HCAs shared.
+#: Split by link layer, so no HCA is handed out by both (only an HCA with ports of both
+#: kinds could be, and a start-up note would name it). Both select vendor 15b3, as every
+#: configuration published with k8s-rdma-shared-dev-plugin does
+#: (deployment/k8s/base/configmap.yaml and README.md in Mellanox/k8s-rdma-shared-dev-plugin):
+#: a node's other RDMA devices — an Intel E810 management NIC (irdma) on a GPU server —
+#: must never be handed to workloads by default. A note names what no pool claims.
 DEFAULT_POOLS: tuple[Pool, ...] = (
     Pool(
         resource_name="rdma/hca",
         mode=Mode.EXCLUSIVE,
-        selectors=Selectors(link_types=("infiniband",)),
+        selectors=Selectors(vendors=(MELLANOX_VENDOR,), link_types=("infiniband",)),
     ),
     Pool(
         resource_name="rdma/hca_shared",
         mode=Mode.SHARED,
         slots=DEFAULT_SLOTS,
-        selectors=Selectors(link_types=("ethernet",)),
+        selectors=Selectors(vendors=(MELLANOX_VENDOR,), link_types=("ethernet",)),
     ),
 )
 
@@ -114,7 +108,6 @@ class RdmaConfig:
 
     pools: tuple[Pool, ...] = DEFAULT_POOLS
     poll_interval: float = DEFAULT_POLL_SECONDS
-    cdi: CdiSettings = field(default_factory=CdiSettings)
 
     def pool(self, resource: str) -> Pool:
         for pool in self.pools:
@@ -194,10 +187,14 @@ _SELECTOR_KEYS: tuple[tuple[str, str, Callable[[str, Any], str]], ...] = (
 
 
 #: Every key the section accepts, by where it may appear (docs and tests iterate them).
-TOP_KEYS = ("pools", "pollIntervalSeconds", "cdi")
+TOP_KEYS = ("pools", "pollIntervalSeconds")
 POOL_KEYS = ("resourceName", "mode", "slots", "selectors")
 SELECTOR_KEYS = tuple(key for key, _, _ in _SELECTOR_KEYS)
-CDI_KEYS = ("enabled", "dir", "kind")
+#: Keys an earlier version accepted, with what replaced them: refused with that advice.
+REMOVED_KEYS = {
+    "cdi": "the driver no longer writes CDI specs: the host writes one per resource "
+    "(the host config's `cdi:` section), under the project's own CDI vendor",
+}
 
 
 def _string_list(key: str, value: Any, item: Callable[[str, Any], str]) -> tuple[str, ...]:
@@ -271,25 +268,14 @@ def _poll_interval(value: Any) -> float:
     return float(value)
 
 
-def _cdi(value: Any) -> CdiSettings:
-    raw = _mapping("cdi", value, CDI_KEYS)
-    enabled = raw.get("enabled", False)
-    if not isinstance(enabled, bool):
-        raise _fail("cdi.enabled", "true or false", enabled)
-    directory = raw.get("dir", DEFAULT_CDI_DIR)
-    if not isinstance(directory, str) or not directory.startswith("/"):
-        raise _fail("cdi.dir", "an absolute path", directory)
-    kind = raw.get("kind", DEFAULT_CDI_KIND)
-    if not isinstance(kind, str) or not _CDI_KIND.match(kind):
-        raise _fail("cdi.kind", "a CDI kind such as vendor.com/class", kind)
-    return CdiSettings(enabled=enabled, dir=directory, kind=kind)
-
-
 def parse_config(config: Mapping[str, Any]) -> RdmaConfig:
     """Validate ``drivers.rdma``; raise ValueError naming the first bad key."""
+    if isinstance(config, Mapping):
+        for key, advice in REMOVED_KEYS.items():
+            if key in config:
+                raise ValueError(f"{key}: removed; {advice}")
     raw = _mapping("", config, TOP_KEYS)
     return RdmaConfig(
         pools=_pools(raw["pools"]) if "pools" in raw else DEFAULT_POOLS,
         poll_interval=_poll_interval(raw.get("pollIntervalSeconds", DEFAULT_POLL_SECONDS)),
-        cdi=_cdi(raw.get("cdi", {})),
     )

@@ -9,6 +9,12 @@ Layout read (every path under ``root``)::
     /sys/class/infiniband_mad/{umadN,issmN}/ibdev (one each per port)
     /sys/class/misc/rdma_cm                   → /dev/infiniband/rdma_cm exists (rdma_ucm)
     /sys/module/ib_core/parameters/netns_mode → Y shared, N exclusive
+    /sys/bus/auxiliary/devices/<drv>.rdma.<n> → a PCI function with RDMA enabled, even
+                                                 while its RDMA device is in a pod's netns
+
+``<ibdev>/device`` is the PCI function itself for mlx5, but the auxiliary device below it
+for drivers on the auxiliary bus (irdma: ``0000:2f:00.0/ice.roce.0/infiniband/<ibdev>``);
+either way the HCA's PCI function is the nearest PCI-addressed directory.
 
 RDMA needs no vendor library: sysfs is the whole interface, so the "simulated library" is
 a fake tree (``simulated.py``) and the same code runs on both. Anything can vanish while
@@ -22,6 +28,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from devicehost import natural_key
 from devicehost.sysfs import pci_path, read_attr, read_int
@@ -32,11 +39,18 @@ VERBS_CLASS = "sys/class/infiniband_verbs"
 MAD_CLASS = "sys/class/infiniband_mad"
 RDMA_CM_CLASS = "sys/class/misc/rdma_cm"
 NETNS_MODE = "sys/module/ib_core/parameters/netns_mode"
+AUXILIARY_DEVICES = "sys/bus/auxiliary/devices"
+PCI_DEVICES = "sys/bus/pci/devices"
 DEV_DIR = "/dev/infiniband"
 RDMA_CM = "rdma_cm"
 
 _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _CHAR_DEVICE_ORDER = ("uverbs", "umad", "issm")
+#: Auxiliary devices through which a NIC driver hands its PCI function to an RDMA driver:
+#: mlx5_core creates ``mlx5_core.rdma.<n>`` (bound to ``mlx5_ib.rdma``), ice creates
+#: ``ice.roce.<n>`` / ``ice.iwarp.<n>`` (bound to ``irdma``) — the names the kernel's
+#: auxiliary bus gives them (``<module>.<suffix>.<id>``).
+_RDMA_AUX_DEVICE = re.compile(r"^[a-z0-9_]+\.(rdma|roce|iwarp)\.\d+$")
 
 
 def _entries(directory: Path) -> list[Path]:
@@ -117,6 +131,33 @@ def _ancestry(devices_dir: Path, function_dir: Path) -> tuple[str, ...]:
         return ()
 
 
+def _pci_function(device: Path) -> str | None:
+    """The PCI address of the function a resolved ``device`` directory is, or sits on."""
+    for candidate in (device, device.parent):
+        if _PCI_ADDRESS.match(candidate.name):
+            return candidate.name
+    return None
+
+
+def _function_fields(root: Path, address: str, devices_dir: Path) -> dict[str, Any] | None:
+    """What the PCI function at ``address`` says about itself, or None when it is gone."""
+    function_dir = pci_path(root, address)
+    if function_dir is None:
+        return None
+    numa = read_int(function_dir / "numa_node")
+    return {
+        "pci_address": address,
+        "pci_class": read_attr(function_dir / "class"),
+        "vendor": hex_id(read_attr(function_dir / "vendor")),
+        "device_id": hex_id(read_attr(function_dir / "device")),
+        "driver": _link_name(function_dir / "driver"),
+        "numa_node": numa if numa is not None and numa >= 0 else None,
+        "pci_path": _ancestry(devices_dir, function_dir),
+        "physfn": _link_name(function_dir / "physfn"),
+        "netdevs": tuple(p.name for p in _entries(function_dir / "net")),
+    }
+
+
 def read_hca(
     root: Path, name: str, char_devices: dict[str, list[str]], devices_dir: Path | None = None
 ) -> Hca:
@@ -125,38 +166,68 @@ def read_hca(
     ``devices_dir``: ``<root>/sys/devices`` resolved (passed in to resolve it once).
     """
     ibdir = root / INFINIBAND_CLASS / name
+    common: dict[str, Any] = {
+        "name": name,
+        "fw_ver": read_attr(ibdir / "fw_ver"),
+        "ports": _ports(ibdir),
+        "char_devices": tuple(char_devices.get(name, ())),
+    }
     try:
-        address: str | None = (ibdir / "device").resolve(strict=True).name
+        address = _pci_function((ibdir / "device").resolve(strict=True))
     except OSError:
         address = None
-    function_dir = pci_path(root, address) if address and _PCI_ADDRESS.match(address) else None
-    if address is None or function_dir is None:
-        return Hca(name=name, ports=_ports(ibdir), char_devices=tuple(char_devices.get(name, ())))
     devices_dir = devices_dir or (root / "sys/devices").resolve()
-    numa = read_int(function_dir / "numa_node")
-    return Hca(
-        name=name,
-        pci_address=address,
-        vendor=hex_id(read_attr(function_dir / "vendor")),
-        device_id=hex_id(read_attr(function_dir / "device")),
-        driver=_link_name(function_dir / "driver"),
-        numa_node=numa if numa is not None and numa >= 0 else None,
-        pci_path=_ancestry(devices_dir, function_dir),
-        physfn=_link_name(function_dir / "physfn"),
-        netdevs=tuple(p.name for p in _entries(function_dir / "net")),
-        ports=_ports(ibdir),
-        char_devices=tuple(char_devices.get(name, ())),
-    )
+    fields = _function_fields(root, address, devices_dir) if address else None
+    return Hca(**common, **(fields or {}))
 
 
-def discover(root: Path, only: Collection[str] | None = None) -> list[Hca]:
-    """Every HCA on the node now (or those named in ``only`` that exist), in natural order."""
+def rdma_functions(root: Path) -> list[str]:
+    """PCI addresses of functions whose NIC driver has handed RDMA to a bound RDMA
+    driver (an auxiliary ``*.rdma.<n>`` device with a ``driver`` link), whether or not
+    their RDMA device is visible in this network namespace.
+
+    This is the sysfs face of what the SR-IOV network device plugin checks through
+    devlink's ``enable_rdma`` parameter for the same case (a device assigned to a pod in
+    exclusive mode, pkg/devices/rdma.go in k8snetworkplumbingwg/sriov-network-device-plugin).
+    """
+    found = []
+    for entry in _entries(root / AUXILIARY_DEVICES):
+        if not _RDMA_AUX_DEVICE.match(entry.name) or not (entry / "driver").exists():
+            continue
+        try:
+            address = _pci_function(entry.resolve(strict=True).parent)
+        except OSError:
+            continue
+        if address:
+            found.append(address)
+    return list(dict.fromkeys(found))
+
+
+def discover(
+    root: Path, only: Collection[str] | None = None, *, include_away: bool = False
+) -> list[Hca]:
+    """Every HCA on the node now, in natural order of name (away HCAs last, by address).
+
+    ``only``: HCA names and/or PCI addresses to read (others are skipped, which keeps a
+    lookup cheap on a large node). ``include_away``: also the PCI functions whose RDMA
+    device is in another network namespace (see ``rdma_functions``): pass it only in the
+    kernel's exclusive namespace mode, where that is the reason a device is not seen.
+    """
     names = ibdev_names(root)
-    if only is not None:
-        names = [name for name in names if name in only]
     char_devices = char_device_map(root) if names else {}
     devices_dir = (root / "sys/devices").resolve()
-    return [read_hca(root, name, char_devices, devices_dir) for name in names]
+    hcas = [read_hca(root, name, char_devices, devices_dir) for name in names]
+    if include_away:
+        seen = {hca.pci_address for hca in hcas}
+        for address in rdma_functions(root):
+            if address in seen:
+                continue
+            fields = _function_fields(root, address, devices_dir)
+            if fields is not None:
+                hcas.append(Hca(name="", away=True, **fields))
+    if only is not None:
+        hcas = [hca for hca in hcas if hca.name in only or hca.key in only]
+    return hcas
 
 
 @dataclass(frozen=True, slots=True)

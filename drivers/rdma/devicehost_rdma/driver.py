@@ -1,11 +1,14 @@
 """The RDMA driver: HCAs from sysfs, served as shared or exclusive pools, health from ports.
 
 Each hook is a thin step over the modules beside it: ``discovery`` reads the node,
-``pools`` selects, ``devices`` judges health, ``topology`` chooses, ``allocation`` and
-``cdi_spec`` answer the kubelet, ``checks`` explains, ``watch`` notices changes,
-``simulated`` fakes the hardware. Nothing read from the hardware is cached between calls:
-sysfs is cheap to read and always the truth, so a recovered port or a vanished HCA shows
-at the very next call.
+``pools`` selects, ``devices`` judges health and ``allocation`` declares the container
+edits the host composes Allocate answers from, ``topology`` chooses, ``checks`` explains,
+``labels`` describes, ``watch`` notices changes, ``simulated`` fakes the hardware.
+Nothing read from the hardware is cached between calls: sysfs is cheap to read and always
+the truth, so a recovered port or a vanished HCA shows at the very next call.
+
+The driver implements no ``allocate`` hook: everything a container gets is a fixed
+property of the devices, declared with them.
 """
 
 from __future__ import annotations
@@ -16,27 +19,43 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from devicehost import (
-    Allocation,
-    Device,
-    DriverUnavailable,
-    ResourceSpec,
-    UnknownDevice,
-    hookimpl,
-)
+from devicehost import Device, DriverUnavailable, HostPath, ResourceSpec, hookimpl
 from devicehost_rdma import simulated as simulation
-from devicehost_rdma.allocation import build_allocation
-from devicehost_rdma.cdi_spec import CdiSpec
+from devicehost_rdma.allocation import resource_spec
 from devicehost_rdma.checks import startup_notes
-from devicehost_rdma.config import Pool, RdmaConfig, parse_config
-from devicehost_rdma.devices import healthy_members, is_slot_id, pool_devices
-from devicehost_rdma.discovery import INFINIBAND_CLASS, dev_nodes, discover
+from devicehost_rdma.config import RdmaConfig, parse_config
+from devicehost_rdma.devices import is_slot_id, pool_devices
+from devicehost_rdma.discovery import INFINIBAND_CLASS, dev_nodes, discover, netns_mode
 from devicehost_rdma.hca import Hca
+from devicehost_rdma.labels import node_labels
 from devicehost_rdma.pools import members, used_ports
 from devicehost_rdma.topology import locality, preferred
 from devicehost_rdma.watch import PortWatch
 
 log = logging.getLogger(__name__)
+
+#: Every host path the driver may read, on any node (``devicehost mounts``).
+HOST_PATHS = (
+    HostPath(path="/sys/class/infiniband", purpose="RDMA devices, their ports and firmware"),
+    HostPath(path="/sys/class/infiniband_verbs", purpose="which uverbsN belongs to which HCA"),
+    HostPath(path="/sys/class/infiniband_mad", purpose="which umadN/issmN belong to which HCA"),
+    HostPath(path="/sys/class/misc/rdma_cm", purpose="whether rdma_ucm provides rdma_cm"),
+    HostPath(path="/sys/class/net", purpose="the HCAs' network interfaces"),
+    HostPath(
+        path="/sys/bus/pci/devices",
+        purpose="PCI functions: IDs, driver, NUMA node, SR-IOV links, PCIe ancestry",
+    ),
+    HostPath(
+        path="/sys/bus/auxiliary/devices",
+        purpose="RDMA-enabled functions whose device is in a pod's network namespace",
+    ),
+    HostPath(path="/sys/devices", purpose="where the class and bus links above resolve"),
+    HostPath(
+        path="/sys/module/ib_core/parameters/netns_mode",
+        purpose="the kernel's RDMA namespace mode (shared or exclusive)",
+    ),
+    HostPath(path="/dev/infiniband", purpose="the character devices containers are given"),
+)
 
 
 class RdmaDriver:
@@ -46,31 +65,28 @@ class RdmaDriver:
         self.root = Path("/")
         self.config = RdmaConfig()
         self.simulated = False
-        self.cdi: CdiSpec | None = None
         self.ports = PortWatch(self.root)
 
     # -- start-up -----------------------------------------------------------------------
 
     @hookimpl
-    def devicehost_simulate(self, root: Path) -> None:
-        """Write the default simulated node (eight HCAs, two NUMA nodes) under ``root``."""
-        simulation.build_default_node(root)
+    def devicehost_simulate(self, root: Path, node: str) -> None:
+        """Write the simulated machine ``node`` under ``root`` (``""``: eight HCAs on two
+        NUMA nodes; ``dgx-h100``: a DGX H100's NICs; the Atlas servers: nothing)."""
+        if simulation.build_node(root, node) is None:
+            log.info("simulated node %r has no RDMA device; building none", node)
 
     @hookimpl
     def devicehost_configure(self, config: Mapping[str, Any], root: Path, simulated: bool) -> None:
         parsed = parse_config(config)
-        hcas = discover(root)
+        self.root, self.config, self.simulated = root, parsed, simulated
+        hcas = self._hcas()
         if not hcas:
             raise DriverUnavailable(
                 f"no RDMA devices under /{INFINIBAND_CLASS} (no HCA here, "
                 "or its kernel driver is not loaded)"
             )
-        self.root, self.config, self.simulated = root, parsed, simulated
         self.ports = PortWatch(root)
-        self.cdi = None
-        if parsed.cdi.enabled:
-            self.cdi = CdiSpec(root / parsed.cdi.dir.lstrip("/"), parsed.cdi.kind)
-            self.cdi.update(hcas, dev_nodes(root))
         for pool in parsed.pools:
             chosen = members(pool, hcas)
             log.info(
@@ -79,7 +95,7 @@ class RdmaDriver:
                 pool.mode,
                 f", {pool.slots} slots" if pool.shared else "",
                 len(chosen),
-                ", ".join(h.name for h in chosen) or "-",
+                ", ".join(h.label for h in chosen) or "-",
             )
 
     @hookimpl
@@ -87,25 +103,37 @@ class RdmaDriver:
         """Every pool, even one that selects nothing now: it then advertises an empty list,
         so the kubelet shows capacity 0 instead of a stale value, and HCAs that appear
         later (hot-plug, driver reload) are served without a restart."""
-        return [ResourceSpec(name=pool.resource_name) for pool in self.config.pools]
+        nodes = dev_nodes(self.root)
+        return [resource_spec(pool, nodes) for pool in self.config.pools]
 
     @hookimpl
     def devicehost_notes(self) -> Sequence[str]:
-        return startup_notes(self.root, self.config, discover(self.root))
+        return startup_notes(self.root, self.config, self._hcas())
+
+    @hookimpl
+    def devicehost_labels(self) -> Mapping[str, str]:
+        return node_labels(self._hcas(), netns_mode(self.root))
+
+    @hookimpl
+    def devicehost_host_paths(self) -> Sequence[HostPath]:
+        return HOST_PATHS
 
     # -- devices ------------------------------------------------------------------------
 
+    def _exclusive_netns(self) -> bool:
+        return netns_mode(self.root) == "exclusive"
+
     def _hcas(self) -> list[Hca]:
-        hcas = discover(self.root)
-        if self.cdi is not None:
-            self.cdi.update(hcas, dev_nodes(self.root))
-        return hcas
+        """Every HCA now; in exclusive namespace mode also those inside pods' namespaces."""
+        return discover(self.root, include_away=self._exclusive_netns())
 
     @hookimpl
     def devicehost_enumerate(self, resource: str) -> Sequence[Device]:
         pool = self.config.pool(resource)
         self.ports.enumerating(resource)
-        return pool_devices(pool, self._hcas())
+        exclusive = self._exclusive_netns()
+        hcas = discover(self.root, include_away=exclusive)
+        return pool_devices(pool, hcas, dev_nodes(self.root), exclusive_netns=exclusive)
 
     @hookimpl
     def devicehost_watch(
@@ -126,31 +154,8 @@ class RdmaDriver:
         pool = self.config.pool(resource)
         if pool.shared:
             return None
-        paths = {hca.name: locality(hca) for hca in members(pool, discover(self.root))}
+        paths = {hca.key: locality(hca) for hca in members(pool, self._hcas())}
         return preferred(paths, available, must_include, size)
-
-    @hookimpl
-    def devicehost_allocate(self, resource: str, device_ids: Sequence[str]) -> Allocation:
-        pool = self.config.pool(resource)
-        given = self._given(pool, resource, device_ids)
-        return build_allocation(given, dev_nodes(self.root), self.config.cdi)
-
-    def _given(self, pool: Pool, resource: str, device_ids: Sequence[str]) -> list[Hca]:
-        """The HCAs behind ``device_ids``; a shared slot stands for every healthy HCA of
-        the pool (every HCA, if a link dropped since the kubelet checked)."""
-        if pool.shared:
-            hcas = discover(self.root)
-            chosen = members(pool, hcas)
-            for device_id in device_ids:
-                if not chosen or not is_slot_id(device_id, pool):
-                    raise UnknownDevice(resource, device_id)
-            return healthy_members(pool, hcas) or chosen
-        # Only the named HCAs need reading: allocation stays cheap on a large node.
-        by_name = {hca.name: hca for hca in members(pool, discover(self.root, device_ids))}
-        for device_id in device_ids:
-            if device_id not in by_name:
-                raise UnknownDevice(resource, device_id)
-        return [by_name[device_id] for device_id in device_ids]
 
     @hookimpl
     def devicehost_simulate_health(self, resource: str, device_id: str, healthy: bool) -> bool:
@@ -159,11 +164,11 @@ class RdmaDriver:
         if not self.simulated:
             return False
         pool = self.config.pool(resource)
-        chosen = members(pool, discover(self.root))
+        chosen = [hca for hca in members(pool, self._hcas()) if not hca.away]
         if pool.shared:
             targets = chosen if is_slot_id(device_id, pool) else []
         else:
-            targets = [hca for hca in chosen if hca.name == device_id]
+            targets = [hca for hca in chosen if hca.key == device_id]
         for hca in targets:
             for port in used_ports(pool, hca):
                 simulation.set_link(self.root, hca.name, up=healthy, port=port.number)

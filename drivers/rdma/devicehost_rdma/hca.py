@@ -4,6 +4,11 @@ An *HCA* here is one RDMA device of ``/sys/class/infiniband`` (``mlx5_0``): a ph
 function, or an SR-IOV virtual function with its own RDMA device. Every value is a
 snapshot; discovery builds new ones on each call, so a port going down or an HCA
 vanishing shows in the next snapshot and nothing has to be invalidated.
+
+An HCA can also be *away*: in the kernel's exclusive RDMA namespace mode, RDMA CNI moves
+the RDMA device into the pod's network namespace, where the host's sysfs no longer shows
+it; only its PCI function stays. Such an HCA is known by its PCI function alone: no
+name, no ports, no character devices.
 """
 
 from __future__ import annotations
@@ -76,10 +81,14 @@ class Hca:
     ``pci_path`` holds the directory names from ``/sys/devices`` down to the function's
     parent bridge: its PCIe ancestry, which topology-aware allocation groups by.
     ``char_devices`` are file names under ``/dev/infiniband`` (``uverbs0``, ``umad0``, …).
+    ``name`` is empty for an away HCA (its RDMA device is in a pod's namespace).
     """
 
     name: str
     pci_address: str | None = None
+    pci_class: str | None = None
+    fw_ver: str | None = None
+    away: bool = False
     vendor: str | None = None
     device_id: str | None = None
     driver: str | None = None
@@ -96,5 +105,38 @@ class Hca:
         return self.physfn is not None
 
     @property
+    def key(self) -> str:
+        """The HCA's stable identity: its PCI address, which survives renames (a VF
+        re-created comes back as ``mlx5_12`` where it was ``mlx5_4``) and moves between
+        network namespaces; the RDMA device name only for a device with no PCI function
+        (a software device such as rxe)."""
+        return self.pci_address or self.name
+
+    @property
+    def label(self) -> str:
+        """How notes name the HCA: ``mlx5_0 (0000:18:00.0)``."""
+        if self.name and self.pci_address:
+            return f"{self.name} ({self.pci_address})"
+        return self.name or f"{self.pci_address} (in another network namespace)"
+
+    @property
     def link_layers(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(link_layer_key(p.link_layer) for p in self.ports))
+        """Of its ports; for an away HCA (no ports readable), from the PCI class code."""
+        if self.ports:
+            return tuple(dict.fromkeys(link_layer_key(p.link_layer) for p in self.ports))
+        return class_link_layers(self.pci_class)
+
+
+#: PCI class codes (base class 02, network controller) of RDMA functions: 0x0207xx is an
+#: InfiniBand controller, 0x0200xx an Ethernet controller (PCI Code and ID Assignment
+#: Specification; ConnectX ports set to IB report 0x0207 in ``lspci``).
+_CLASS_LINK_LAYERS = {"0207": "infiniband", "0200": "ethernet"}
+
+
+def class_link_layers(pci_class: str | None) -> tuple[str, ...]:
+    """``0x020700`` → ``("infiniband",)``; unknown classes give nothing."""
+    if not pci_class:
+        return ()
+    code = pci_class.lower().removeprefix("0x").rjust(6, "0")[:4]
+    layer = _CLASS_LINK_LAYERS.get(code)
+    return (layer,) if layer else ()

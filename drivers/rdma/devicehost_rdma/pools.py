@@ -64,8 +64,14 @@ def why_empty(pool: Pool, hcas: Sequence[Hca]) -> str:
     )
 
 
+def unclaimed(pools: Sequence[Pool], hcas: Sequence[Hca]) -> list[Hca]:
+    """The HCAs no pool selects: served to nobody, which an operator should know (a
+    management NIC left out on purpose, or a pool whose selectors miss a card)."""
+    return [hca for hca in hcas if not any(matches(p.selectors, hca) for p in pools)]
+
+
 def overlaps(pools: Sequence[Pool], hcas: Sequence[Hca]) -> dict[str, list[str]]:
-    """HCA name → the resources of every pool it is in, for HCAs in more than one pool.
+    """HCA label → the resources of every pool it is in, for HCAs in more than one pool.
 
     Such an HCA can be handed to two pods at once (say, exclusively to one and through a
     shared slot to another); the driver allows it but says so.
@@ -74,5 +80,5 @@ def overlaps(pools: Sequence[Pool], hcas: Sequence[Hca]) -> dict[str, list[str]]
     for hca in hcas:
         names = [p.resource_name for p in pools if matches(p.selectors, hca)]
         if len(names) > 1:
-            found[hca.name] = names
+            found[hca.label] = names
     return found

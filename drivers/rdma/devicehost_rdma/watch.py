@@ -15,14 +15,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from devicehost.sysfs import read_attr
-from devicehost_rdma.discovery import INFINIBAND_CLASS, ibdev_names
+from devicehost_rdma.discovery import INFINIBAND_CLASS, NETNS_MODE, ibdev_names
 
 Signature = tuple[tuple[str, ...], ...]
 
 
 def port_signature(root: Path) -> Signature:
-    """Every HCA and the state of each of its ports, as one comparable value."""
-    rows: list[tuple[str, ...]] = []
+    """Every HCA and the state of each of its ports, and the namespace mode (it decides
+    shared slots' health), as one comparable value. An HCA moving into a pod's namespace
+    leaves the list of names, so it shows here too."""
+    rows: list[tuple[str, ...]] = [("netns_mode", read_attr(root / NETNS_MODE) or "")]
     for name in ibdev_names(root):
         ports = root / INFINIBAND_CLASS / name / "ports"
         try:

@@ -1,14 +1,13 @@
-"""Allocate: device nodes, the RDMA_DEVICES env, shared slots, CDI."""
+"""Container edits: what each device and resource declares, and what the host composes."""
 
 from __future__ import annotations
 
-import json
-
-import pytest
+from devicehost_rdma.allocation import pcidevice_env
+from devicehost_rdma.driver import RdmaDriver
 from devicehost_rdma.simulated import SimulatedNode, set_link, two_port_hca
-from rdma_helpers import configured, exclusive_pool, listed, shared_pool
+from rdma_helpers import composed, configured, exclusive_pool, id_of, listed, shared_pool
 
-from devicehost import DeviceNode, UnknownDevice
+from devicehost import DeviceNode
 from devicehost.testing import FakeRoot
 
 
@@ -16,24 +15,52 @@ def nodes(*names: str) -> tuple[DeviceNode, ...]:
     return tuple(DeviceNode(host_path=f"/dev/infiniband/{n}", permissions="rw") for n in names)
 
 
-def test_exclusive_allocation_gives_char_devices_rdma_cm_and_env(fake_root: FakeRoot) -> None:
-    """Two HCAs: each one's uverbs/umad/issm, rdma_cm once, RDMA_DEVICES naming both."""
+def test_the_driver_has_no_allocate_hook() -> None:
+    """Everything a container gets is declared with devices and resources: the host
+    answers Allocate without calling the driver."""
+    assert not hasattr(RdmaDriver, "devicehost_allocate")
+
+
+def test_one_exclusive_device_gives_its_nodes_rdma_cm_and_envs(fake_root: FakeRoot) -> None:
+    """One HCA: rdma_cm (from the resource), its uverbs/umad/issm, its name and address."""
     two_port_hca(fake_root)
     driver = configured(fake_root, {"pools": [exclusive_pool()]})
-    allocation = driver.devicehost_allocate(resource="rdma/hca", device_ids=["mlx5_1", "mlx5_0"])
-    assert allocation.envs == {"RDMA_DEVICES": "mlx5_0,mlx5_1"}
-    assert allocation.devices == nodes(
-        "uverbs0", "umad0", "issm0", "uverbs1", "umad1", "issm1", "rdma_cm"
+    edits = composed(driver, "rdma/hca", ["0000:3d:00.1"])
+    assert edits.envs == {"RDMA_DEVICES": "mlx5_1", "PCIDEVICE_RDMA_HCA": "0000:3d:00.1"}
+    assert edits.devices == nodes("rdma_cm", "uverbs1", "umad1", "issm1")
+    assert (edits.mounts, edits.cdi_devices) == ((), ())
+
+
+def test_two_exclusive_devices_join_envs_in_request_order(fake_root: FakeRoot) -> None:
+    """Two HCAs: both HCAs' nodes, rdma_cm once, both env variables joined in the order
+    the kubelet asked for them."""
+    two_port_hca(fake_root)
+    driver = configured(fake_root, {"pools": [exclusive_pool()]})
+    edits = composed(driver, "rdma/hca", ["0000:3d:00.1", "0000:3d:00.0"])
+    assert edits.envs == {
+        "RDMA_DEVICES": "mlx5_1,mlx5_0",
+        "PCIDEVICE_RDMA_HCA": "0000:3d:00.1,0000:3d:00.0",
+    }
+    assert edits.devices == nodes(
+        "rdma_cm", "uverbs1", "umad1", "issm1", "uverbs0", "umad0", "issm0"
     )
-    assert (allocation.mounts, allocation.cdi_devices) == ((), ())
+
+
+def test_every_exclusive_device_composes_without_a_clash(eight_hca_root: FakeRoot) -> None:
+    """All ten exclusive devices of a pool in one container: every node once."""
+    driver = configured(eight_hca_root, {"pools": [exclusive_pool()]})
+    edits = composed(driver, "rdma/hca", list(listed(driver, "rdma/hca")))
+    assert len(edits.envs["PCIDEVICE_RDMA_HCA"].split(",")) == 10
+    assert len(edits.devices) == len(set(edits.devices)) == 1 + 10 * 3
 
 
 def test_no_rdma_cm_on_the_node_means_none_given(fake_root: FakeRoot) -> None:
     """Without rdma_ucm (no rdma_cm), only the HCA's own devices are given."""
     SimulatedNode(fake_root, rdma_cm=False).hca("0000:05:00.0")
     driver = configured(fake_root, {"pools": [exclusive_pool()]})
-    allocation = driver.devicehost_allocate(resource="rdma/hca", device_ids=["mlx5_0"])
-    assert allocation.devices == nodes("uverbs0", "umad0", "issm0")
+    assert composed(driver, "rdma/hca", ["0000:05:00.0"]).devices == nodes(
+        "uverbs0", "umad0", "issm0"
+    )
 
 
 def test_nodes_missing_from_a_visible_dev_are_left_out(fake_root: FakeRoot) -> None:
@@ -42,8 +69,9 @@ def test_nodes_missing_from_a_visible_dev_are_left_out(fake_root: FakeRoot) -> N
     two_port_hca(fake_root)
     fake_root.remove("/dev/infiniband/umad0")
     driver = configured(fake_root, {"pools": [exclusive_pool()]})
-    allocation = driver.devicehost_allocate(resource="rdma/hca", device_ids=["mlx5_0"])
-    assert allocation.devices == nodes("uverbs0", "issm0", "rdma_cm")
+    assert composed(driver, "rdma/hca", ["0000:3d:00.0"]).devices == nodes(
+        "rdma_cm", "uverbs0", "issm0"
+    )
 
 
 def test_without_a_visible_dev_sysfs_is_trusted(fake_root: FakeRoot) -> None:
@@ -52,80 +80,54 @@ def test_without_a_visible_dev_sysfs_is_trusted(fake_root: FakeRoot) -> None:
     two_port_hca(fake_root)
     fake_root.remove("/dev/infiniband")
     driver = configured(fake_root, {"pools": [exclusive_pool()]})
-    allocation = driver.devicehost_allocate(resource="rdma/hca", device_ids=["mlx5_0"])
-    assert allocation.devices == nodes("uverbs0", "umad0", "issm0", "rdma_cm")
+    assert composed(driver, "rdma/hca", ["0000:3d:00.0"]).devices == nodes(
+        "rdma_cm", "uverbs0", "umad0", "issm0"
+    )
 
 
-def test_shared_slot_gives_every_healthy_hca_of_the_pool(fake_root: FakeRoot) -> None:
-    """A slot gives the pool's HCAs whose links are up, leaving out one that is down."""
+def test_shared_slot_gives_every_hca_of_the_pool_even_one_that_is_down(
+    fake_root: FakeRoot,
+) -> None:
+    """Issue item 9: a slot gives all the pool's HCAs, also one whose link is down (the
+    old answer left it out, and the container missed it for good)."""
     two_port_hca(fake_root, link_layer="Ethernet")
     driver = configured(fake_root, {"pools": [shared_pool()]})
     set_link(fake_root.path, "mlx5_1", up=False)
-    allocation = driver.devicehost_allocate(resource="rdma/hca_shared", device_ids=["slot-3"])
-    assert allocation.envs == {"RDMA_DEVICES": "mlx5_0"}
-    assert allocation.devices == nodes("uverbs0", "umad0", "issm0", "rdma_cm")
+    edits = composed(driver, "rdma/hca_shared", ["slot-3"])
+    assert edits.envs == {"RDMA_DEVICES": "mlx5_0,mlx5_1"}
+    assert edits.devices == nodes(
+        "rdma_cm", "uverbs0", "umad0", "issm0", "uverbs1", "umad1", "issm1"
+    )
 
 
 def test_several_slots_in_one_container_give_each_device_once(fake_root: FakeRoot) -> None:
-    """Two slots of the same pool do not duplicate device nodes."""
+    """Two slots of the same pool do not duplicate device nodes or env values."""
     two_port_hca(fake_root)
     driver = configured(fake_root, {"pools": [shared_pool()]})
-    allocation = driver.devicehost_allocate(
-        resource="rdma/hca_shared", device_ids=["slot-0", "slot-1"]
-    )
-    assert allocation.envs == {"RDMA_DEVICES": "mlx5_0,mlx5_1"}
-    assert len(allocation.devices) == len(set(allocation.devices)) == 7
+    edits = composed(driver, "rdma/hca_shared", ["slot-0", "slot-1"])
+    assert edits.envs == {"RDMA_DEVICES": "mlx5_0,mlx5_1"}
+    assert len(edits.devices) == len(set(edits.devices)) == 7
 
 
-@pytest.mark.parametrize(
-    ("resource", "device_id"),
-    [
-        ("rdma/hca", "mlx5_6"),  # exists, but in the other pool
-        ("rdma/hca", "mlx5_99"),
-        ("rdma/hca_shared", "slot-100"),  # past the 100 slots
-        ("rdma/hca_shared", "slot-01"),
-        ("rdma/hca_shared", "mlx5_6"),
-    ],
-)
-def test_unknown_id_is_refused(eight_hca_root: FakeRoot, resource: str, device_id: str) -> None:
-    """An ID the pool does not advertise raises UnknownDevice naming it."""
+def test_resource_declares_rdma_cm_and_its_joined_envs(eight_hca_root: FakeRoot) -> None:
+    """rdma_cm is the resource's, once per container; exclusive pools join RDMA_DEVICES
+    and PCIDEVICE_<RESOURCE>, shared pools RDMA_DEVICES."""
     driver = configured(eight_hca_root)
-    with pytest.raises(UnknownDevice, match=device_id):
-        driver.devicehost_allocate(resource=resource, device_ids=[device_id])
+    specs = {s.name: s for s in driver.devicehost_resources()}
+    assert specs["rdma/hca"].edits.devices == nodes("rdma_cm")
+    assert specs["rdma/hca"].joined_envs == ("RDMA_DEVICES", "PCIDEVICE_RDMA_HCA")
+    assert specs["rdma/hca_shared"].joined_envs == ("RDMA_DEVICES",)
 
 
-CDI = {"enabled": True, "kind": "example.com/rdma"}
+def test_pcidevice_name_follows_the_sriov_device_plugin() -> None:
+    """PCIDEVICE_ + prefix + _ + name, dots to underscores, upper case."""
+    assert pcidevice_env("rdma/ib_vf") == "PCIDEVICE_RDMA_IB_VF"
+    assert pcidevice_env("nvidia.com/cx7_vf") == "PCIDEVICE_NVIDIA_COM_CX7_VF"
+    assert pcidevice_env("intel.com/sriov") == "PCIDEVICE_INTEL_COM_SRIOV"
 
 
-def test_cdi_spec_lists_each_hca_with_rdma_cm_in_common_edits(fake_root: FakeRoot) -> None:
-    """With CDI on, <root>/var/run/cdi holds a spec: one device per HCA, rdma_cm common."""
-    two_port_hca(fake_root)
-    configured(fake_root, {"pools": [exclusive_pool()], "cdi": CDI})
-    spec = json.loads(fake_root.at("/var/run/cdi/devicehost-example.com-rdma.json").read_text())
-    assert spec["kind"] == "example.com/rdma"
-    assert [d["name"] for d in spec["devices"]] == ["mlx5_0", "mlx5_1"]
-    assert [n["path"] for n in spec["devices"][1]["containerEdits"]["deviceNodes"]] == [
-        "/dev/infiniband/uverbs1",
-        "/dev/infiniband/umad1",
-        "/dev/infiniband/issm1",
-    ]
-    assert spec["containerEdits"]["deviceNodes"][0]["path"] == "/dev/infiniband/rdma_cm"
-
-
-def test_cdi_allocation_names_devices_instead_of_listing_nodes(fake_root: FakeRoot) -> None:
-    """With CDI on, the answer carries CDI names and the env; nodes come from the spec."""
-    two_port_hca(fake_root)
-    driver = configured(fake_root, {"pools": [exclusive_pool()], "cdi": CDI})
-    allocation = driver.devicehost_allocate(resource="rdma/hca", device_ids=["mlx5_1"])
-    assert allocation.cdi_devices == ("example.com/rdma=mlx5_1",)
-    assert (allocation.envs, allocation.devices) == ({"RDMA_DEVICES": "mlx5_1"}, ())
-
-
-def test_cdi_spec_follows_a_removed_hca(fake_root: FakeRoot) -> None:
-    """An HCA unplugged leaves the spec at the next enumeration."""
-    two_port_hca(fake_root)
-    driver = configured(fake_root, {"pools": [exclusive_pool()], "cdi": {**CDI, "dir": "/etc/cdi"}})
-    fake_root.remove("/sys/class/infiniband/mlx5_0")
-    listed(driver, "rdma/hca")
-    spec = json.loads(fake_root.at("/etc/cdi/devicehost-example.com-rdma.json").read_text())
-    assert [d["name"] for d in spec["devices"]] == ["mlx5_1"]
+def test_exclusive_device_ids_are_pci_addresses(eight_hca_root: FakeRoot) -> None:
+    """Issue item 8: an exclusive device's ID is its PCI function's address."""
+    driver = configured(eight_hca_root)
+    assert id_of(driver, "mlx5_0") == "0000:4d:00.0"
+    assert list(listed(driver, "rdma/hca"))[:2] == ["0000:4d:00.0", "0000:4e:00.0"]

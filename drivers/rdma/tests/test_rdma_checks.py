@@ -20,8 +20,8 @@ def test_exclusive_netns_mode_makes_shared_pools_unusable(fake_root: FakeRoot) -
     assert driver.devicehost_notes() == [
         "RDMA namespace mode is exclusive (/sys/module/ib_core/parameters/netns_mode is N): "
         "shared pools rdma/hca_shared are unusable, because each RDMA device is visible in "
-        "one network namespace only and pods run in their own; run `rdma system set netns "
-        "shared` or load ib_core with netns_mode=1"
+        "one network namespace only and pods run in their own, so their slots are advertised "
+        "Unhealthy; run `rdma system set netns shared` or load ib_core with netns_mode=1"
     ]
 
 

@@ -8,19 +8,22 @@ import pytest
 from devicehost_rdma.config import DEFAULT_POOLS, Mode, Selectors, parse_config
 from devicehost_rdma.simulated import two_port_hca
 
-from devicehost import ConfigError
+from devicehost.drivers.discovery import DriverStatus
 from devicehost.testing import FakeRoot
 
 
 def test_defaults_without_config() -> None:
-    """No keys: the two default pools, a 1 s poll, no CDI."""
+    """No keys: the two default pools (Mellanox only, split by link layer), a 1 s poll."""
     config = parse_config({})
     assert config.pools == DEFAULT_POOLS
-    assert [(p.resource_name, p.mode, p.slots, p.selectors.link_types) for p in config.pools] == [
-        ("rdma/hca", Mode.EXCLUSIVE, 0, ("infiniband",)),
-        ("rdma/hca_shared", Mode.SHARED, 100, ("ethernet",)),
+    assert [
+        (p.resource_name, p.mode, p.slots, p.selectors.vendors, p.selectors.link_types)
+        for p in config.pools
+    ] == [
+        ("rdma/hca", Mode.EXCLUSIVE, 0, ("15b3",), ("infiniband",)),
+        ("rdma/hca_shared", Mode.SHARED, 100, ("15b3",), ("ethernet",)),
     ]
-    assert (config.poll_interval, config.cdi.enabled) == (1.0, False)
+    assert config.poll_interval == 1.0
 
 
 def test_full_config_is_parsed_and_normalised() -> None:
@@ -28,7 +31,6 @@ def test_full_config_is_parsed_and_normalised() -> None:
     config = parse_config(
         {
             "pollIntervalSeconds": 0.5,
-            "cdi": {"enabled": True, "dir": "/etc/cdi", "kind": "example.com/rdma"},
             "pools": [
                 {
                     "resourceName": "rdma/hca_shared_devices_a",
@@ -56,11 +58,7 @@ def test_full_config_is_parsed_and_normalised() -> None:
         pci_addresses=("0000:3d:00.1",),
         function_types=("vf",),
     )
-    assert (config.poll_interval, config.cdi.dir, config.cdi.kind) == (
-        0.5,
-        "/etc/cdi",
-        "example.com/rdma",
-    )
+    assert config.poll_interval == 0.5
 
 
 def test_shared_pool_slots_default_to_100() -> None:
@@ -80,7 +78,7 @@ POOL = {"resourceName": "rdma/x", "mode": "exclusive"}
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"pool": []}, "pool: unknown key; expected one of pools, pollIntervalSeconds, cdi"),
+        ({"pool": []}, "pool: unknown key; expected one of pools, pollIntervalSeconds"),
         ({"pools": {"a": 1}}, "pools: expected a list of pools, got {'a': 1}"),
         (
             {"pools": [{"mode": "shared"}]},
@@ -148,11 +146,10 @@ POOL = {"resourceName": "rdma/x", "mode": "exclusive"}
             {"pollIntervalSeconds": 0},
             "pollIntervalSeconds: expected a number of seconds above 0, at most 60, got 0",
         ),
-        ({"cdi": {"enabled": "yes"}}, "cdi.enabled: expected true or false, got 'yes'"),
-        ({"cdi": {"dir": "cdi"}}, "cdi.dir: expected an absolute path, got 'cdi'"),
         (
-            {"cdi": {"kind": "rdma"}},
-            "cdi.kind: expected a CDI kind such as vendor.com/class, got 'rdma'",
+            {"cdi": {"enabled": True}},
+            "cdi: removed; the driver no longer writes CDI specs: the host writes one per "
+            "resource (the host config's `cdi:` section), under the project's own CDI vendor",
         ),
     ],
 )
@@ -163,13 +160,16 @@ def test_bad_config_names_the_key(config: dict[str, Any], message: str) -> None:
     assert str(caught.value) == message
 
 
-def test_bad_config_stops_the_host_with_a_config_error(fake_root: FakeRoot, run_host) -> None:
-    """Through the host, a bad rdma section is a ConfigError under drivers.rdma."""
+def test_bad_config_fails_the_driver_naming_the_key(fake_root: FakeRoot, run_host) -> None:
+    """Through the host, a bad rdma section fails the rdma driver (not the host), and its
+    reason names drivers.rdma and the key."""
     two_port_hca(fake_root)
-    with pytest.raises(ConfigError) as caught:
-        run_host(
-            enabled_drivers=("rdma",),
-            drivers={"rdma": {"pools": [{"resourceName": "rdma/x", "mode": "x"}]}},
-        )
-    assert "drivers.rdma" in str(caught.value)
-    assert "pools[0].mode: expected one of shared, exclusive, got 'x'" in str(caught.value)
+    host = run_host(
+        enabled_drivers=("rdma",),
+        drivers={"rdma": {"pools": [{"resourceName": "rdma/x", "mode": "x"}]}},
+    )
+    [info] = [i for i in host.host.plugins.infos if i.name == "rdma"]
+    assert info.status is DriverStatus.FAILED
+    assert info.reason == (
+        "config drivers.rdma: pools[0].mode: expected one of shared, exclusive, got 'x'"
+    )

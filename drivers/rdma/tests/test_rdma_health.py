@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from devicehost_rdma.simulated import SimulatedNode, set_link, two_port_hca
-from rdma_helpers import configured, exclusive_pool, health, listed, shared_pool
+from rdma_helpers import configured, exclusive_pool, health, listed, named, shared_pool
 
 from devicehost.testing import FakeRoot
 
@@ -67,7 +67,7 @@ def test_pool_judges_mixed_hca_by_the_ports_of_its_link_type(fake_root: FakeRoot
 def test_exclusive_device_carries_its_numa_node(eight_hca_root: FakeRoot) -> None:
     """Each exclusive device reports the NUMA node of its PCI function."""
     driver = configured(eight_hca_root)
-    numa = {i: d.numa_nodes for i, d in listed(driver, "rdma/hca").items()}
+    numa = {i: d.numa_nodes for i, d in named(driver, "rdma/hca").items()}
     assert numa["mlx5_0"] == (0,)
     assert numa["mlx5_9"] == (1,)
 

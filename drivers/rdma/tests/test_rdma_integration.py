@@ -13,6 +13,8 @@ from devicehost.testing import FakeRoot, KubeletStandIn
 
 HCA = "rdma/hca"
 SHARED = "rdma/hca_shared"
+#: On the default simulated node: mlx5_2 and mlx5_3 behind one switch on NUMA node 0.
+MLX5_3 = "0000:6e:00.0"
 
 
 def first_list(kubelet: KubeletStandIn, resource: str, timeout: float = 10.0) -> dict:
@@ -30,70 +32,88 @@ def rdma_host(run_host, **drivers_config):  # type: ignore[no-untyped-def]
     return run_host(enabled_drivers=("rdma",), drivers={"rdma": drivers_config})
 
 
-def test_link_down_and_up_streams_refuses_and_allocates(
-    fake_root: FakeRoot, kubelet: KubeletStandIn, run_host
-) -> None:
+def nodes(response) -> list[str]:  # type: ignore[no-untyped-def]
+    return [d.host_path.removeprefix("/dev/infiniband/") for d in response.devices]
+
+
+def test_link_down_and_up_streams_refuses_and_allocates(kubelet: KubeletStandIn, run_host) -> None:
     """On the simulated node with default settings (1 s poll): a port going down shows
     Unhealthy in ListAndWatch, Allocate refuses the device with FAILED_PRECONDITION, the
-    port coming back shows Healthy, and Allocate then answers with exactly the HCA's
-    character devices, rdma_cm and RDMA_DEVICES."""
+    port coming back shows Healthy, and Allocate then answers — composed by the host from
+    the declared edits — with exactly the HCA's character devices, rdma_cm, its name in
+    RDMA_DEVICES and its PCI address in PCIDEVICE_RDMA_HCA."""
     host = run_host(enabled_drivers=("rdma",), simulate=True)
     tree = host.simulated_root("rdma").path
-    kubelet.wait_registered(HCA)
-    kubelet.wait_devices(HCA, lambda d: len(d) == 8)
+    kubelet.wait_registered(HCA, timeout=30)
+    kubelet.wait_devices(HCA, lambda d: len(d) == 8, timeout=30)
 
     set_link(tree, "mlx5_3", up=False)
-    kubelet.wait_health(HCA, "mlx5_3", "Unhealthy")
+    kubelet.wait_health(HCA, MLX5_3, "Unhealthy", timeout=30)
     with pytest.raises(grpc.RpcError) as refused:
-        kubelet.allocate(HCA, [["mlx5_3"]])
+        kubelet.allocate(HCA, [[MLX5_3]])
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
     set_link(tree, "mlx5_3", up=True)
-    kubelet.wait_health(HCA, "mlx5_3", "Healthy")
-    response = kubelet.allocate(HCA, [["mlx5_3"]])[0]
+    kubelet.wait_health(HCA, MLX5_3, "Healthy", timeout=30)
+    response = kubelet.allocate(HCA, [[MLX5_3]])[0]
     assert [(d.host_path, d.container_path, d.permissions) for d in response.devices] == [
+        ("/dev/infiniband/rdma_cm", "/dev/infiniband/rdma_cm", "rw"),
         ("/dev/infiniband/uverbs3", "/dev/infiniband/uverbs3", "rw"),
         ("/dev/infiniband/umad3", "/dev/infiniband/umad3", "rw"),
         ("/dev/infiniband/issm3", "/dev/infiniband/issm3", "rw"),
-        ("/dev/infiniband/rdma_cm", "/dev/infiniband/rdma_cm", "rw"),
     ]
-    assert dict(response.envs) == {"RDMA_DEVICES": "mlx5_3"}
+    assert dict(response.envs) == {"RDMA_DEVICES": "mlx5_3", "PCIDEVICE_RDMA_HCA": MLX5_3}
     assert (list(response.mounts), list(response.cdi_devices)) == ([], [])
 
 
-def test_shared_slots_go_unhealthy_only_with_the_whole_pool(
+def test_shared_slot_gives_every_pool_member_whatever_its_link(
     fake_root: FakeRoot, kubelet: KubeletStandIn, run_host
 ) -> None:
-    """Slots stay Healthy with one HCA down, turn Unhealthy with both, and recover; a
-    slot then gives both HCAs in one container."""
+    """Issue item 9: with one HCA's link down the slots stay Healthy, and a container
+    allocated then still gets both HCAs' device nodes (health shapes ListAndWatch only);
+    with both links down the slots turn Unhealthy."""
     two_port_hca(fake_root, link_layer="Ethernet")
     rdma_host(run_host, pools=[shared_pool(SHARED, slots=2)], pollIntervalSeconds=0.1)
-    kubelet.wait_devices(SHARED, lambda d: len(d) == 2)
-    set_link(fake_root.path, "mlx5_0", up=False)
+    kubelet.wait_devices(SHARED, lambda d: len(d) == 2, timeout=30)
     set_link(fake_root.path, "mlx5_1", up=False)
-    kubelet.wait_health(SHARED, "slot-1", "Unhealthy")
-    set_link(fake_root.path, "mlx5_1", up=True)
-    kubelet.wait_health(SHARED, "slot-1", "Healthy")
     response = kubelet.allocate(SHARED, [["slot-1"]])[0]
-    assert dict(response.envs) == {"RDMA_DEVICES": "mlx5_1"}
-    set_link(fake_root.path, "mlx5_0", up=True)
-    kubelet.wait_devices(SHARED, lambda d: True)
-    response = kubelet.allocate(SHARED, [["slot-0"], ["slot-1"]])
-    assert [dict(r.envs) for r in response] == [
-        {"RDMA_DEVICES": "mlx5_0,mlx5_1"},
-        {"RDMA_DEVICES": "mlx5_0,mlx5_1"},
-    ]
+    assert dict(response.envs) == {"RDMA_DEVICES": "mlx5_0,mlx5_1"}
+    assert nodes(response) == [
+        "rdma_cm", "uverbs0", "umad0", "issm0", "uverbs1", "umad1", "issm1"
+    ]  # fmt: skip
+    set_link(fake_root.path, "mlx5_0", up=False)
+    kubelet.wait_health(SHARED, "slot-1", "Unhealthy", timeout=30)
+
+
+def test_shared_slot_follows_an_unplugged_pool_member(
+    fake_root: FakeRoot, kubelet: KubeletStandIn, run_host
+) -> None:
+    """A pool member unplugged after start-up is no longer handed out (its device nodes
+    are gone: the runtime would fail the container on them), because the pool's nodes
+    are declared with each enumeration, not fixed at registration."""
+    two_port_hca(fake_root, link_layer="Ethernet")
+    rdma_host(run_host, pools=[shared_pool(SHARED, slots=2)], pollIntervalSeconds=0.1)
+    kubelet.wait_devices(SHARED, lambda d: len(d) == 2, timeout=30)
+    fake_root.remove("/sys/class/infiniband/mlx5_1")
+    kubelet.wait_devices(SHARED, lambda d: True, timeout=30)
+    deadline = time.monotonic() + 30
+    while True:
+        response = kubelet.allocate(SHARED, [["slot-0"]])[0]
+        if dict(response.envs) == {"RDMA_DEVICES": "mlx5_0"} or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert nodes(response) == ["rdma_cm", "uverbs0", "umad0", "issm0"]
 
 
 def test_removed_hca_leaves_the_device_list(
     fake_root: FakeRoot, kubelet: KubeletStandIn, run_host
 ) -> None:
-    """Hot-unplug: the HCA disappears from ListAndWatch within a poll."""
+    """Hot-unplug: the HCA (its PCI function gone too) disappears from ListAndWatch."""
     two_port_hca(fake_root)
     rdma_host(run_host, pools=[exclusive_pool(HCA)], pollIntervalSeconds=0.1)
-    kubelet.wait_devices(HCA, lambda d: set(d) == {"mlx5_0", "mlx5_1"})
+    kubelet.wait_devices(HCA, lambda d: set(d) == {"0000:3d:00.0", "0000:3d:00.1"}, timeout=30)
     fake_root.remove("/sys/class/infiniband/mlx5_1")
-    kubelet.wait_devices(HCA, lambda d: set(d) == {"mlx5_0"})
+    kubelet.wait_devices(HCA, lambda d: set(d) == {"0000:3d:00.0"}, timeout=30)
 
 
 def test_pool_matching_nothing_registers_empty_with_a_note(
@@ -105,8 +125,8 @@ def test_pool_matching_nothing_registers_empty_with_a_note(
     host = rdma_host(
         run_host, pools=[exclusive_pool(HCA), shared_pool(SHARED, linkTypes=["ethernet"])]
     )
-    kubelet.wait_registered(SHARED)
-    kubelet.wait_devices(HCA, lambda d: len(d) == 2)
+    kubelet.wait_registered(SHARED, timeout=30)
+    kubelet.wait_devices(HCA, lambda d: len(d) == 2, timeout=30)
     assert first_list(kubelet, SHARED) == {}
     [info] = [i for i in host.host.plugins.infos if i.name == "rdma"]
     assert info.notes == [
@@ -120,9 +140,11 @@ def test_preferred_allocation_over_grpc_keeps_to_one_switch(
 ) -> None:
     """GetPreferredAllocation for two of the simulated IB HCAs picks one switch's pair."""
     run_host(enabled_drivers=("rdma",), simulate=True)
-    kubelet.wait_devices(HCA, lambda d: len(d) == 8)
+    kubelet.wait_devices(HCA, lambda d: len(d) == 8, timeout=30)
     assert kubelet.options(HCA).get_preferred_allocation_available
-    # Three free on each NUMA node; on node 0 the pair behind one switch wins over
-    # mlx5_0, which natural order alone would take first.
-    available = ["mlx5_0", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_8"]
-    assert kubelet.preferred_allocation(HCA, available, size=2) == ["mlx5_2", "mlx5_3"]
+    # Three free on each NUMA node (mlx5_0, mlx5_2, mlx5_3 | mlx5_4, mlx5_5, mlx5_8): on
+    # node 0 the pair behind one switch wins over mlx5_0, which address order would take.
+    available = [
+        "0000:4d:00.0", "0000:6d:00.0", MLX5_3, "0000:ad:00.0", "0000:ae:00.0", "0000:ad:00.1"
+    ]  # fmt: skip
+    assert kubelet.preferred_allocation(HCA, available, size=2) == ["0000:6d:00.0", MLX5_3]

@@ -12,6 +12,7 @@ from rdma_helpers import (
     configured,
     exclusive_pool,
     listed,
+    named,
 )
 
 from devicehost.testing import FakeRoot
@@ -42,7 +43,7 @@ def test_each_selector(
 ) -> None:
     """A selector keeps the HCAs offering any of its values."""
     driver = configured(eight_hca_root, {"pools": [exclusive_pool(**selectors)]})
-    assert list(listed(driver, "rdma/hca")) == expected
+    assert list(named(driver, "rdma/hca")) == expected
 
 
 def test_selectors_are_anded(eight_hca_root: FakeRoot) -> None:
@@ -59,7 +60,7 @@ def test_selectors_are_anded(eight_hca_root: FakeRoot) -> None:
             ]
         },
     )
-    assert list(listed(driver, "rdma/hca")) == ["mlx5_4"]
+    assert list(named(driver, "rdma/hca")) == ["mlx5_4"]
 
 
 def test_pool_matching_nothing_is_served_empty_and_explained(eight_hca_root: FakeRoot) -> None:
@@ -71,11 +72,11 @@ def test_pool_matching_nothing_is_served_empty_and_explained(eight_hca_root: Fak
     )
     assert [r.name for r in driver.devicehost_resources()] == ["rdma/hca_b"]
     assert listed(driver, "rdma/hca_b") == {}
-    assert driver.devicehost_notes() == [
+    assert driver.devicehost_notes()[0] == (
         "pool 'rdma/hca_b' advertises nothing: none of the 10 HCAs matches every selector; "
         "vendors ['15b3'] matches 10 (this node has: 15b3); "
         "deviceIDs ['1021'] matches 0 (this node has: 1017, 101b, 101c)"
-    ]
+    )
 
 
 def test_overlapping_pools_are_noted(eight_hca_root: FakeRoot) -> None:
@@ -89,15 +90,15 @@ def test_overlapping_pools_are_noted(eight_hca_root: FakeRoot) -> None:
             ]
         },
     )
-    assert driver.devicehost_notes() == [
-        "mlx5_0 is in pools rdma/a, rdma/b: it can be given to two pods at once; narrow the "
-        "selectors so the pools do not overlap"
-    ]
+    assert driver.devicehost_notes()[-1] == (
+        "mlx5_0 (0000:4d:00.0) is in pools rdma/a, rdma/b: it can be given to two pods at "
+        "once; narrow the selectors so the pools do not overlap"
+    )
 
 
 def test_default_pools_split_hcas_by_link_layer(eight_hca_root: FakeRoot) -> None:
     """Without a pools key, InfiniBand HCAs are exclusive and RoCE HCAs shared: disjoint."""
     driver = configured(eight_hca_root)
-    assert list(listed(driver, "rdma/hca")) == IB_HCAS
+    assert list(named(driver, "rdma/hca")) == IB_HCAS
     assert len(listed(driver, "rdma/hca_shared")) == 100
     assert driver.devicehost_notes() == []

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import yaml
-from devicehost_rdma.config import CDI_KEYS, POOL_KEYS, SELECTOR_KEYS, TOP_KEYS
-from rdma_helpers import configured, listed
+from devicehost_rdma.config import POOL_KEYS, SELECTOR_KEYS, TOP_KEYS
+from rdma_helpers import composed, configured, ids, listed
 
 from devicehost.testing import FakeRoot
 
@@ -24,7 +24,6 @@ def test_every_config_key_has_a_row_in_the_table() -> None:
         *TOP_KEYS,
         *(f"pools[].{k}" for k in POOL_KEYS),
         *(f"pools[].selectors.{k}" for k in SELECTOR_KEYS),
-        *(f"cdi.{k}" for k in CDI_KEYS),
     }
     assert expected - documented_keys() == set()
 
@@ -37,11 +36,9 @@ def test_example_config_is_valid_and_gives_what_the_readme_says(eight_hca_root: 
     driver = configured(eight_hca_root, section)
     assert driver.devicehost_notes() == []
     assert len(listed(driver, "rdma/hca_shared_devices_a")) == 1000
-    assert driver.devicehost_allocate(
-        resource="rdma/hca_shared_devices_a", device_ids=["slot-0"]
-    ).envs == {"RDMA_DEVICES": "mlx5_6"}
-    assert driver.devicehost_allocate(resource="rdma/hca_storage", device_ids=["slot-0"]).envs == {
-        "RDMA_DEVICES": "mlx5_7"
+    assert composed(driver, "rdma/hca_shared_devices_a", ["slot-0"]).envs == {
+        "RDMA_DEVICES": "mlx5_6"
     }
-    assert list(listed(driver, "rdma/ib_hca")) == [f"mlx5_{i}" for i in range(6)]
-    assert list(listed(driver, "rdma/ib_vf")) == ["mlx5_8", "mlx5_9"]
+    assert composed(driver, "rdma/hca_storage", ["slot-0"]).envs == {"RDMA_DEVICES": "mlx5_7"}
+    assert list(ids(driver, "rdma/ib_hca").values()) == [f"mlx5_{i}" for i in range(6)]
+    assert ids(driver, "rdma/ib_vf") == {"0000:ad:00.1": "mlx5_8", "0000:ad:00.2": "mlx5_9"}

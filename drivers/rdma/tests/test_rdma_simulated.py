@@ -6,7 +6,7 @@ from collections import Counter
 
 from devicehost_rdma.discovery import discover
 from devicehost_rdma.driver import RdmaDriver
-from rdma_helpers import IB_HCAS, configured, health
+from rdma_helpers import IB_HCAS, configured, health, id_of
 
 from devicehost.testing import FakeRoot
 
@@ -15,7 +15,7 @@ PORT = "/sys/class/infiniband/{}/ports/1/{}"
 
 def simulated_driver(fake_root: FakeRoot) -> RdmaDriver:
     driver = RdmaDriver()
-    driver.devicehost_simulate(root=fake_root.path)
+    driver.devicehost_simulate(root=fake_root.path, node="")
     driver.devicehost_configure(config={}, root=fake_root.path, simulated=True)
     return driver
 
@@ -46,13 +46,17 @@ def test_simulate_hook_builds_the_default_node(fake_root: FakeRoot) -> None:
 def test_simulate_health_writes_port_state_files(fake_root: FakeRoot) -> None:
     """Unhealthy pulls the cable (DOWN / Polling); healthy plugs it back."""
     driver = simulated_driver(fake_root)
-    assert driver.devicehost_simulate_health(resource="rdma/hca", device_id="mlx5_2", healthy=False)
+    assert driver.devicehost_simulate_health(
+        resource="rdma/hca", device_id=id_of(driver, "mlx5_2"), healthy=False
+    )
     assert (
         fake_root.at(PORT.format("mlx5_2", "state")).read_text(),
         fake_root.at(PORT.format("mlx5_2", "phys_state")).read_text(),
     ) == ("1: DOWN\n", "2: Polling\n")
     assert health(driver, "rdma/hca")["mlx5_2"] == "Unhealthy"
-    driver.devicehost_simulate_health(resource="rdma/hca", device_id="mlx5_2", healthy=True)
+    driver.devicehost_simulate_health(
+        resource="rdma/hca", device_id=id_of(driver, "mlx5_2"), healthy=True
+    )
     assert health(driver, "rdma/hca")["mlx5_2"] == "Healthy"
 
 
@@ -68,10 +72,10 @@ def test_simulate_health_refuses_unknown_devices_and_real_hardware(fake_root: Fa
     """False for an ID the pool lacks, and for a driver not running simulated."""
     driver = simulated_driver(fake_root)
     assert not driver.devicehost_simulate_health(
-        resource="rdma/hca", device_id="mlx5_6", healthy=False
+        resource="rdma/hca", device_id=id_of(driver, "mlx5_6"), healthy=False
     )
     real = configured(fake_root)
     assert not real.devicehost_simulate_health(
-        resource="rdma/hca", device_id="mlx5_0", healthy=False
+        resource="rdma/hca", device_id=id_of(real, "mlx5_0"), healthy=False
     )
     assert health(real, "rdma/hca")["mlx5_0"] == "Healthy"

@@ -8,7 +8,7 @@ from devicehost_rdma.driver import RdmaDriver
 from devicehost_rdma.topology import locality, preferred
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rdma_helpers import IB_HCAS, configured, shared_pool
+from rdma_helpers import IB_HCAS, configured, id_of, shared_pool
 
 from devicehost.testing import FakeRoot
 
@@ -21,11 +21,17 @@ def driver(eight_hca_root: FakeRoot) -> RdmaDriver:
 def choose(
     driver: RdmaDriver, size: int, available: list[str] = IB_HCAS, must: list[str] | None = None
 ) -> list[str]:
+    """The preferred choice, with IDs (PCI addresses) given and read as RDMA names."""
+    to_id = {name: id_of(driver, name) for name in IB_HCAS}
+    to_name = {v: k for k, v in to_id.items()}
     result = driver.devicehost_preferred_allocation(
-        resource="rdma/hca", available=available, must_include=must or [], size=size
+        resource="rdma/hca",
+        available=[to_id[n] for n in available],
+        must_include=[to_id[n] for n in must or []],
+        size=size,
     )
     assert result is not None
-    return list(result)
+    return [to_name[i] for i in result]
 
 
 def test_two_hcas_come_from_one_pcie_switch(driver: RdmaDriver) -> None:

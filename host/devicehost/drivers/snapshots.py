@@ -80,6 +80,10 @@ class ResourceState:
         if change or first or not same_topology(self.devices, new):
             self.devices = new
             self._bump()
+        elif new != self.devices:
+            # Only container edits changed (a device's nodes renumbered, a pool member
+            # unplugged): Allocate must compose from them; ListAndWatch has nothing to send.
+            self.devices = new
         return change
 
     def mark_unhealthy(self) -> Diff:
