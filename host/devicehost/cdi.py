@@ -347,19 +347,23 @@ class CdiWriter:
         devices: Mapping[str, Device],
         ids: Sequence[str],
         composed: ContainerEdits,
-        extra: ContainerEdits,
     ) -> ContainerEdits:
-        """The Allocate answer in CDI mode: the devices' CDI names, then any CDI names the
-        devices, resource or driver declared; the joined env variables; the annotations;
-        and the driver's ``allocate`` answer (whose nodes and mounts are in no spec).
-        ``composed`` is ``compose()``'s result, so clashes are already refused."""
+        """The Allocate answer in CDI mode, from ``composed`` (the composed edits, after
+        the driver's ``allocate`` answer and the policies): the devices' CDI names first;
+        without what the spec applies (the declared device nodes, mounts and env other
+        than joined env); with everything else (joined env, annotations, declared CDI
+        names, and what ``allocate`` or a policy added, which no spec holds)."""
         names = self.names(spec.name, devices, ids)
-        joined = {k: v for k, v in composed.envs.items() if k in spec.joined_envs}
+        declared = [spec.edits, *(devices[i].edits for i in ids)]
+        joined = frozenset(spec.joined_envs)
+        in_spec_env = {(k, v) for e in declared for k, v in e.envs.items() if k not in joined}
+        in_spec_nodes = {n for e in declared for n in e.devices}
+        in_spec_mounts = {m for e in declared for m in e.mounts}
         return ContainerEdits(
-            envs={**extra.envs, **joined},
+            envs={k: v for k, v in composed.envs.items() if (k, v) not in in_spec_env},
             annotations=composed.annotations,
-            devices=extra.devices,
-            mounts=extra.mounts,
+            devices=tuple(n for n in composed.devices if n not in in_spec_nodes),
+            mounts=tuple(m for m in composed.mounts if m not in in_spec_mounts),
             cdi_devices=tuple(dict.fromkeys([*names, *composed.cdi_devices])),
         )
 
