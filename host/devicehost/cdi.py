@@ -371,9 +371,14 @@ class CdiWriter:
         """Remove every spec this writer wrote, and write no more (clean shutdown)."""
         self._closed = True
         for written in self._written.values():
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 written.path.unlink()
-                log.info("CDI spec %s removed", written.path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:  # a stop must finish: say what is left behind
+                log.warning("cannot remove the CDI spec %s: %s", written.path, exc.strerror)
+                continue
+            log.info("CDI spec %s removed", written.path)
         self._written.clear()
 
 
