@@ -388,9 +388,13 @@ def test_remove_specs_removes_only_our_vendor(tmp_path):
 
 def test_allocate_answers_cdi_names_and_joined_envs_only(declaring, kubelet, cdi_dir):
     """In CDI mode the answer names each device's CDI device (plus the CDI names devices
-    declare) and carries the joined env and annotations; no device nodes, no mounts."""
+    declare) and carries the joined env and annotations; no device nodes, no mounts. The
+    devices it names are in the spec on disk when the answer arrives."""
     declaring()
     answer = container(kubelet, ["dev-2", "dev-0"])
+    spec = json.loads(spec_path(cdi_dir).read_text())
+    defined = {f"{spec['kind']}={d['name']}" for d in spec["devices"]}
+    assert {c.name for c in answer.cdi_devices if c.name.startswith(VENDOR)} <= defined
     kind = f"{VENDOR}/test.example_declared"
     assert [c.name for c in answer.cdi_devices] == [
         f"{kind}=dev-2",
