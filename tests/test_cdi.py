@@ -464,3 +464,18 @@ def test_cdi_off_by_default_writes_nothing(install, run_host, kubelet, tmp_path)
     )
     kubelet.wait_registered("test.example/dev")
     assert not (tmp_path / "cdi").exists()
+
+
+def test_a_change_of_edits_alone_rewrites_the_spec(declaring, kubelet, cdi_dir):
+    """A device whose edits change, with no change of health or membership, is rewritten
+    in the spec, and Allocate names it only once the new spec is on disk."""
+    host, driver = declaring()
+    moved = Device(
+        id="dev-1", numa_nodes=(1,), edits=ContainerEdits(devices=(DeviceNode(host_path="/dev/x"),))
+    )
+    host.call(driver.set_devices, [declared(0, "dev-0"), moved])
+    kubelet.wait_devices(RESOURCE, lambda d: sorted(d) == ["dev-0", "dev-1"])
+    host.call(driver.set_devices, [declared(0, "dev-0"), declared(1, "dev-1")])
+    eventually(lambda: "/dev/declared1" in spec_path(cdi_dir).read_text())
+    assert "/dev/x" not in spec_path(cdi_dir).read_text()
+    assert container(kubelet, ["dev-1"]).cdi_devices[0].name.endswith("=dev-1")
