@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 import pytest
 
-from devicehost import ContainerEdits, Device, DeviceNode, Health, ResourceSpec
+from devicehost import ContainerEdits, Device, DeviceNode, ResourceSpec
 from devicehost.cdi import (
     CdiWriter,
     class_name,
@@ -28,7 +28,7 @@ from devicehost.cdi import (
     spec_document,
 )
 from support import SCRIPTED, eventually
-from testdrivers.declaring import JOINED, RESOURCE, declared
+from testdrivers.declaring import JOINED, RESOURCE, write_devices
 
 DECLARING = "testdrivers.declaring:Declaring"
 VENDOR = "k8s.devicehost.io"
@@ -158,17 +158,21 @@ def cdi_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def declaring(install, run_host, kubelet, cdi_dir):
-    """Start a host serving the declaring driver 'beta' with CDI on; return host and driver."""
+def declaring(install, run_host, kubelet, cdi_dir, tmp_path):
+    """Start a host serving the declaring driver 'beta' with CDI on; return a function that
+    replaces its devices ({"id", "index", "healthy", "node"} entries)."""
 
     def start(target=DECLARING, ids=None, **overrides):
         install("devicehost-beta", drivers={"beta": target})
-        section = {"ids": ids} if ids else {}
+        ids = ids or [f"dev-{i}" for i in range(4)]
+        devices_file = tmp_path / "devices.json"
+        write_devices(devices_file, [{"id": i, "index": n} for n, i in enumerate(ids)])
+        section = {"devicesFile": str(devices_file)}
         options = {"cdi_enabled": True, "cdi_dir": cdi_dir, **overrides}
-        host = run_host(enabled_drivers=("beta",), drivers={"beta": section}, **options)
+        run_host(enabled_drivers=("beta",), drivers={"beta": section}, **options)
         kubelet.wait_registered(RESOURCE)
-        kubelet.wait_devices(RESOURCE, lambda d: len(d) == len(ids or range(4)))
-        return host, host.host.resources[RESOURCE].driver.plugin
+        kubelet.wait_devices(RESOURCE, lambda d: len(d) == len(ids))
+        return lambda entries: write_devices(devices_file, entries)
 
     return start
 
@@ -307,10 +311,10 @@ def test_a_forbidden_id_is_served_under_its_derived_name(declaring, kubelet, cdi
 def test_spec_is_replaced_atomically_with_mode_0644(declaring, cdi_dir):
     """A changed spec replaces the file by rename: a reader holding the old file reads it
     whole, the path holds the new one, no temporary file is left, and the mode is 0644."""
-    host, driver = declaring()
+    set_devices = declaring()
     path = spec_path(cdi_dir)
     with path.open() as old:
-        host.call(driver.set_devices, [declared(0, "dev-0"), declared(5, "dev-5")])
+        set_devices([{"id": "dev-0", "index": 0}, {"id": "dev-5", "index": 5}])
         eventually(lambda: "dev-5" in path.read_text())
         assert [d["name"] for d in json.loads(old.read())["devices"]] == [
             "dev-0",
@@ -325,13 +329,10 @@ def test_spec_is_replaced_atomically_with_mode_0644(declaring, cdi_dir):
 
 def test_unchanged_content_is_not_rewritten(declaring, kubelet, cdi_dir):
     """A health change leaves the spec file untouched (same inode, same mtime)."""
-    host, driver = declaring()
+    set_devices = declaring()
     path = spec_path(cdi_dir)
     before = path.stat()
-    unhealthy = declared(1, "dev-1", Health.UNHEALTHY)
-    host.call(
-        driver.set_devices, [declared(0, "dev-0"), unhealthy, *list(driver.devices.values())[2:]]
-    )
+    set_devices([{"id": f"dev-{n}", "index": n, "healthy": n != 1} for n in range(4)])
     kubelet.wait_health(RESOURCE, "dev-1", "Unhealthy")
     after = path.stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
@@ -414,8 +415,8 @@ def test_a_new_device_is_in_the_spec_before_the_kubelet_can_allocate_it(
 ):
     """When the kubelet first sees a new device, the spec on disk already defines it, and
     the device an Allocate names is in that spec."""
-    host, driver = declaring()
-    host.call(driver.set_devices, [*driver.devices.values(), declared(9, "dev-9")])
+    set_devices = declaring()
+    set_devices([{"id": f"dev-{n}", "index": n} for n in (0, 1, 2, 3, 9)])
     kubelet.wait_devices(RESOURCE, lambda d: "dev-9" in d)
     on_disk = [d["name"] for d in json.loads(spec_path(cdi_dir).read_text())["devices"]]
     assert "dev-9" in on_disk
@@ -468,14 +469,11 @@ def test_cdi_off_by_default_writes_nothing(install, run_host, kubelet, tmp_path)
 
 def test_a_change_of_edits_alone_rewrites_the_spec(declaring, kubelet, cdi_dir):
     """A device whose edits change, with no change of health or membership, is rewritten
-    in the spec, and Allocate names it only once the new spec is on disk."""
-    host, driver = declaring()
-    moved = Device(
-        id="dev-1", numa_nodes=(1,), edits=ContainerEdits(devices=(DeviceNode(host_path="/dev/x"),))
-    )
-    host.call(driver.set_devices, [declared(0, "dev-0"), moved])
-    kubelet.wait_devices(RESOURCE, lambda d: sorted(d) == ["dev-0", "dev-1"])
-    host.call(driver.set_devices, [declared(0, "dev-0"), declared(1, "dev-1")])
+    in the spec each time, and Allocate then names it (its current edits are on disk)."""
+    set_devices = declaring(ids=["dev-0", "dev-1"])
+    set_devices([{"id": "dev-0", "index": 0}, {"id": "dev-1", "index": 1, "node": "/dev/x"}])
+    eventually(lambda: "/dev/x" in spec_path(cdi_dir).read_text())
+    set_devices([{"id": "dev-0", "index": 0}, {"id": "dev-1", "index": 1}])
     eventually(lambda: "/dev/declared1" in spec_path(cdi_dir).read_text())
     assert "/dev/x" not in spec_path(cdi_dir).read_text()
     assert container(kubelet, ["dev-1"]).cdi_devices[0].name.endswith("=dev-1")

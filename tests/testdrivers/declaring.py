@@ -3,17 +3,24 @@
 
 Config (``drivers.<name>``):
   ids: [device ID, ...]      default dev-0 … dev-3
+  devicesFile: PATH          when set, the devices are read from this JSON file instead,
+                             re-read on every enumeration and watched for changes:
+                             [{"id": ID, "index": N, "healthy": true, "node": PATH}, ...]
+                             ("healthy" and "node", device N's node, are optional). The
+                             driver may run in a process of its own, so tests change its
+                             "hardware" through this file.
 Resource ``test.example/declared``:
   resource edits     /dev/declared-ctl, env DECLARED_COMMON=1, /opt/declared/lib mounted
   each device        DECLARED_VISIBLE_DEVICES=<ID> (a joined env), /dev/declared<n>, an
                      annotation of its own; device 0 also names a vendor's CDI device
-Tests change devices through the instance (``resource.driver.plugin.set_devices``).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from devicehost import (
@@ -29,6 +36,7 @@ from devicehost import (
 
 RESOURCE = "test.example/declared"
 JOINED = "DECLARED_VISIBLE_DEVICES"
+WATCH_PERIOD_SECONDS = 0.05
 SHARED = ContainerEdits(
     envs={"DECLARED_COMMON": "1"},
     devices=(DeviceNode(host_path="/dev/declared-ctl"),),
@@ -36,7 +44,7 @@ SHARED = ContainerEdits(
 )
 
 
-def declared(index: int, device_id: str, health: Health = Health.HEALTHY) -> Device:
+def declared(index: int, device_id: str, health: Health = Health.HEALTHY, node: str = "") -> Device:
     """Device ``index`` with the edits this driver declares for it."""
     return Device(
         id=device_id,
@@ -44,27 +52,32 @@ def declared(index: int, device_id: str, health: Health = Health.HEALTHY) -> Dev
         numa_nodes=(index % 2,),
         edits=ContainerEdits(
             envs={JOINED: device_id},
-            devices=(DeviceNode(host_path=f"/dev/declared{index}"),),
+            devices=(DeviceNode(host_path=node or f"/dev/declared{index}"),),
             annotations={f"declared.example/device-{index}": "in-use"},
             cdi_devices=("vendor.example/thing=0",) if index == 0 else (),
         ),
     )
 
 
+def write_devices(path: Path, entries: Sequence[Mapping[str, Any]]) -> None:
+    """Replace the devices file at once (a reader never sees half of it)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(list(entries)))
+    tmp.replace(path)
+
+
 class Declaring:
     def __init__(self) -> None:
-        self.devices: dict[str, Device] = {}
-        self._notify: Callable[[], None] | None = None
+        self.ids: list[str] = []
+        self.file: Path | None = None
 
-    def set_devices(self, devices: Sequence[Device]) -> None:
-        self.devices = {d.id: d for d in devices}
-        if self._notify:
-            self._notify()
+    def _read(self) -> str:
+        return self.file.read_text() if self.file else ""
 
     @hookimpl
     def devicehost_configure(self, config: Mapping[str, Any]) -> None:
-        ids = list(config.get("ids", [f"dev-{i}" for i in range(4)]))
-        self.devices = {i: declared(n, i) for n, i in enumerate(ids)}
+        self.ids = list(config.get("ids", [f"dev-{i}" for i in range(4)]))
+        self.file = Path(config["devicesFile"]) if config.get("devicesFile") else None
 
     @hookimpl
     def devicehost_resources(self) -> Sequence[ResourceSpec]:
@@ -72,14 +85,28 @@ class Declaring:
 
     @hookimpl
     def devicehost_enumerate(self, resource: str) -> Sequence[Device]:
-        return list(self.devices.values())
+        if self.file is None:
+            return [declared(n, i) for n, i in enumerate(self.ids)]
+        return [
+            declared(
+                e["index"],
+                e["id"],
+                Health.HEALTHY if e.get("healthy", True) else Health.UNHEALTHY,
+                e.get("node", ""),
+            )
+            for e in json.loads(self._read())
+        ]
 
     @hookimpl
     def devicehost_watch(
         self, resource: str, notify: Callable[[], None], stop: threading.Event
     ) -> None:
-        self._notify = notify
-        stop.wait()
+        seen = self._read()
+        while not stop.wait(WATCH_PERIOD_SECONDS):
+            now = self._read()
+            if now != seen:
+                seen = now
+                notify()
 
 
 class DeclaringWithAllocate(Declaring):
