@@ -610,6 +610,9 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
         st.one_of(st.none(), st.dictionaries(st.text(max_size=5), SCALARS, max_size=3)),
         max_size=3,
     ),
+    "cdi.enabled": st.sampled_from([True, False, "true", "off"]),
+    "cdi.dir": st.sampled_from(["/var/run/cdi", "/host/var/run/cdi", "relative/dir"]),
+    "cdi.drivers": st.one_of(NAMES, NAMES.map(",".join)),
 }
 assert set(PLAUSIBLE) == set(KEYS)
 

@@ -187,6 +187,9 @@ class HostConfig:
     feature_file: Path | None = None
     profiles: tuple[Profile, ...] = ()
     drivers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    cdi_enabled: bool = False
+    cdi_dir: Path = Path("/var/run/cdi")
+    cdi_drivers: tuple[str, ...] = ()
 
     @property
     def kubelet_socket(self) -> Path:
@@ -366,6 +369,27 @@ SETTINGS: tuple[Setting, ...] = (
         _driver_sections,
         None,
         "per-driver settings, passed to each driver's configure hook",
+    ),
+    Setting(
+        "cdi.enabled",
+        "cdi_enabled",
+        _boolean,
+        "DEVICEHOST_CDI_ENABLED",
+        "write a CDI spec per resource and answer Allocate with CDI device names",
+    ),
+    Setting(
+        "cdi.dir",
+        "cdi_dir",
+        _path,
+        "DEVICEHOST_CDI_DIR",
+        "with cdi.enabled: the runtime's CDI spec directory, as this process sees it",
+    ),
+    Setting(
+        "cdi.drivers",
+        "cdi_drivers",
+        _name_list,
+        "DEVICEHOST_CDI_DRIVERS",
+        "with cdi.enabled: only these drivers' resources use CDI (empty: every driver)",
     ),
 )
 _BY_KEY = {s.key: s for s in SETTINGS}

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devicehost import profiles
+from devicehost.cdi import CdiWriter
 from devicehost.compose import PolicyChain
 from devicehost.config import HostConfig
 from devicehost.drivers.discovery import DriverInfo, DriverStatus, PluginSet, load_plugins
@@ -99,6 +100,7 @@ class Host:
         self._driver_tasks: list[asyncio.Task[None]] = []
         self._scan_tasks: dict[str, asyncio.Task[None]] = {}
         self._sim_root: Path | None = None
+        self.cdi = CdiWriter(config.cdi_dir, config.cdi_drivers) if config.cdi_enabled else None
         self._lock_fd: int | None = None
         metrics = self.telemetry.metrics
         metrics.add_gauge(
@@ -354,8 +356,11 @@ class Host:
                     spec.name,
                 )
             state = ResourceState(spec.name)
+            cdi = self.cdi if self.cdi and self.cdi.covers(handle.name) else None
+            if cdi:
+                state.subscribe(functools.partial(cdi.refresh, spec))
             servicer = DevicePluginServicer(
-                spec, handle, state, self.config.hook_timeout, self.telemetry, self.policies
+                spec, handle, state, self.config.hook_timeout, self.telemetry, self.policies, cdi
             )
             self.resources[spec.name] = Resource(spec, handle, state, servicer)
             states[spec.name] = state
@@ -488,6 +493,8 @@ class Host:
         self.watcher.close()
         if self.node_labels and self._serving:
             self.node_labels.close()
+        if self.cdi:
+            self.cdi.remove_all()
         closing = [workers, self.telemetry.close()]
         if self.status_server:
             closing.append(self.status_server.close())

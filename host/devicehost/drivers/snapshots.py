@@ -8,10 +8,13 @@ kubelet expects.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from devicehost.model import Device, Health
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,12 @@ def same_topology(old: Mapping[str, Device], new: Mapping[str, Device]) -> bool:
     return all(old[i].numa_nodes == d.numa_nodes for i, d in new.items() if i in old)
 
 
+def _edited(old: Mapping[str, Device], new: Mapping[str, Device]) -> bool:
+    """True when some device's container edits changed. Allocate and observers need the new
+    snapshot then; the kubelet's list does not carry edits, so streams are not woken."""
+    return any(old[i].edits != d.edits for i, d in new.items() if i in old)
+
+
 class ResourceState:
     """The devices of one resource as last enumerated, and a version streams wait on."""
 
@@ -70,6 +79,12 @@ class ResourceState:
         self.enumerated = False
         self.closed = False
         self._changed = asyncio.Event()
+        self._observers: list[Callable[[Mapping[str, Device]], None]] = []
+
+    def subscribe(self, observer: Callable[[Mapping[str, Device]], None]) -> None:
+        """Call ``observer(devices)`` whenever the snapshot is replaced, before any stream
+        or request can see the new one (e.g. to write the CDI spec an Allocate will name)."""
+        self._observers.append(observer)
 
     def update(self, devices: Iterable[Device]) -> Diff:
         """Replace the snapshot; wake streams when anything differs (or on the first call)."""
@@ -77,8 +92,15 @@ class ResourceState:
         change = diff(self.devices, new)
         first = not self.enumerated
         self.enumerated = True
-        if change or first or not same_topology(self.devices, new):
+        listed = change or first or not same_topology(self.devices, new)
+        if listed or _edited(self.devices, new):
             self.devices = new
+            for observer in self._observers:
+                try:
+                    observer(new)
+                except Exception:  # one observer's bug must not stop the snapshots
+                    log.exception("resource %r: a snapshot observer failed", self.name)
+        if listed:
             self._bump()
         elif new != self.devices:
             # Only container edits changed (a device's nodes renumbered, a pool member

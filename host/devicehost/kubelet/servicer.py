@@ -18,6 +18,7 @@ from opentelemetry.trace import Span
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from devicehost.cdi import CdiUnavailable, CdiWriter
 from devicehost.compose import CompositionClash, PolicyChain, compose
 from devicehost.drivers.snapshots import ResourceState
 from devicehost.errors import DriverError, DriverTimeout, RequestRefused
@@ -126,8 +127,10 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         timeout: float,
         telemetry: Telemetry | None = None,
         policies: PolicyChain | None = None,
+        cdi: CdiWriter | None = None,
     ) -> None:
         self.spec = spec
+        self.cdi = cdi
         self.resource = spec.name
         self.driver = driver
         self.state = state
@@ -227,6 +230,11 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             message = f"driver {self.driver.name!r}, resource {self.resource!r}: {clash}"
             log.error("%s", message)
             raise Refusal(grpc.StatusCode.INTERNAL, message[:MAX_MESSAGE]) from clash
+        if self.cdi is not None:  # the runtime applies the declared edits from the spec
+            try:
+                edits = self.cdi.allocation(self.spec, self.state.devices, device_ids, edits)
+            except CdiUnavailable as exc:
+                raise Refusal(grpc.StatusCode.UNAVAILABLE, str(exc)[:MAX_MESSAGE]) from exc
         return allocation_to_pb(edits)
 
     async def _driver_allocation(self, device_ids: Sequence[str], index: int) -> Allocation:
