@@ -43,11 +43,11 @@ def stranger(tmp_path_factory) -> tuple[Path, Path]:
     run(sys.executable, "-m", "devicehost.cli", "new-driver", "acme", "--dest", project)
     wheels = work / "wheels"
     for source in (ROOT, project):
-        run(UV, "build", "--wheel", "--offline", "--quiet", "--out-dir", wheels, source)
+        run(UV, "build", "--wheel", "--quiet", "--out-dir", wheels, source)
     venv = work / "venv"
     run(UV, "venv", "--quiet", "--python", sys.executable, venv)
     run(
-        UV, "pip", "install", "--offline", "--quiet", "--python", venv / "bin" / "python",
+        UV, "pip", "install", "--quiet", "--python", venv / "bin" / "python",
         *sorted(wheels.glob("*.whl")), "pytest",
     )  # fmt: skip
     return project, venv
