@@ -182,7 +182,7 @@ def spec_path(cdi_dir: Path) -> Path:
 
 
 def container(kubelet, ids):
-    return kubelet.allocate(RESOURCE, [ids]).container_responses[0]
+    return kubelet.allocate(RESOURCE, [ids])[0]
 
 
 # -- specs of the bundled drivers and of a scripted one ----------------------------------------
@@ -302,7 +302,7 @@ def test_a_forbidden_id_is_served_under_its_derived_name(declaring, kubelet, cdi
     names = [d["name"] for d in spec["devices"]]
     assert names[1] == "slot_2" and names[0] != "slot_2"
     answer = container(kubelet, ["slot 2"])
-    assert answer.cdi_devices[0].name == f"{VENDOR}/test.example_declared={names[0]}"
+    assert answer.cdi_devices[0] == f"{VENDOR}/test.example_declared={names[0]}"
 
 
 # -- files ------------------------------------------------------------------------------------
@@ -395,9 +395,9 @@ def test_allocate_answers_cdi_names_and_joined_envs_only(declaring, kubelet, cdi
     answer = container(kubelet, ["dev-2", "dev-0"])
     spec = json.loads(spec_path(cdi_dir).read_text())
     defined = {f"{spec['kind']}={d['name']}" for d in spec["devices"]}
-    assert {c.name for c in answer.cdi_devices if c.name.startswith(VENDOR)} <= defined
+    assert {c for c in answer.cdi_devices if c.startswith(VENDOR)} <= defined
     kind = f"{VENDOR}/test.example_declared"
-    assert [c.name for c in answer.cdi_devices] == [
+    assert list(answer.cdi_devices) == [
         f"{kind}=dev-2",
         f"{kind}=dev-0",
         "vendor.example/thing=0",
@@ -421,7 +421,7 @@ def test_a_new_device_is_in_the_spec_before_the_kubelet_can_allocate_it(
     on_disk = [d["name"] for d in json.loads(spec_path(cdi_dir).read_text())["devices"]]
     assert "dev-9" in on_disk
     answer = container(kubelet, ["dev-9"])
-    assert [c.name for c in answer.cdi_devices] == [f"{VENDOR}/test.example_declared=dev-9"]
+    assert list(answer.cdi_devices) == [f"{VENDOR}/test.example_declared=dev-9"]
 
 
 def test_the_drivers_allocate_answer_is_kept_whole_in_cdi_mode(declaring, kubelet):
@@ -431,7 +431,7 @@ def test_the_drivers_allocate_answer_is_kept_whole_in_cdi_mode(declaring, kubele
     answer = container(kubelet, ["dev-1"])
     assert dict(answer.envs) == {JOINED: "dev-1", "DECLARED_AT_ALLOCATE": "dev-1"}
     assert [d.host_path for d in answer.devices] == ["/dev/declared-session"]
-    assert f"{VENDOR}/test.example_declared=dev-1" in [c.name for c in answer.cdi_devices]
+    assert f"{VENDOR}/test.example_declared=dev-1" in list(answer.cdi_devices)
 
 
 def test_a_spec_that_cannot_be_written_refuses_allocate(declaring, kubelet, tmp_path):
@@ -452,7 +452,7 @@ def test_cdi_drivers_limits_cdi_to_the_named_drivers(declaring, kubelet, cdi_dir
     declaring(cdi_drivers=("other",))
     answer = container(kubelet, ["dev-1"])
     assert "/dev/declared1" in [d.host_path for d in answer.devices]
-    assert list(answer.cdi_devices) == [] and not cdi_dir.exists()
+    assert answer.cdi_devices == () and not cdi_dir.exists()
 
 
 def test_cdi_off_by_default_writes_nothing(install, run_host, kubelet, tmp_path):
@@ -476,4 +476,4 @@ def test_a_change_of_edits_alone_rewrites_the_spec(declaring, kubelet, cdi_dir):
     set_devices([{"id": "dev-0", "index": 0}, {"id": "dev-1", "index": 1}])
     eventually(lambda: "/dev/declared1" in spec_path(cdi_dir).read_text())
     assert "/dev/x" not in spec_path(cdi_dir).read_text()
-    assert container(kubelet, ["dev-1"]).cdi_devices[0].name.endswith("=dev-1")
+    assert container(kubelet, ["dev-1"]).cdi_devices[0].endswith("=dev-1")
