@@ -20,7 +20,7 @@ import pluggy
 from importlib_metadata import EntryPoint, entry_points
 
 from devicehost import hookspecs
-from devicehost.drivers.worker import register
+from devicehost.drivers.plugin_manager import new_plugin_manager, register
 from devicehost.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -75,12 +75,6 @@ def _selected(name: str, allow: Sequence[str] | None, deny: Sequence[str]) -> st
     if allow is not None and name not in allow:
         return "not in the enabled-drivers list"
     return None
-
-
-def new_plugin_manager() -> pluggy.PluginManager:
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    return pm
 
 
 def _check_selection(allow: Sequence[str] | None, deny: Sequence[str], installed: set[str]) -> None:

@@ -29,10 +29,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import pluggy
 from importlib_metadata import EntryPoint, entry_points
 
 from devicehost import hookspecs
+from devicehost.drivers.plugin_manager import new_plugin_manager, register
 from devicehost.drivers.protocol import HEADER, NotPlain, body_length, decode, encode, to_plain
 from devicehost.errors import DriverUnavailable, RequestRefused
 
@@ -72,32 +72,11 @@ def _find_entry_point(group: str, name: str, distribution: str) -> EntryPoint | 
     return None
 
 
-def register(pm: pluggy.PluginManager, plugin: Any, name: str) -> str | None:
-    """Register ``plugin``; return pluggy's message (or the unknown hook) when it is refused."""
-    try:
-        pm.register(plugin, name=name)
-    except (pluggy.PluginValidationError, ValueError) as exc:
-        return str(exc)
-    unknown = [
-        hook
-        for hook in dir(pm.hook)
-        if hook.startswith("devicehost_")
-        and getattr(pm.hook, hook).spec is None
-        and any(impl.plugin is plugin for impl in getattr(pm.hook, hook).get_hookimpls())
-    ]
-    if unknown:
-        pm.unregister(name=name)
-        known = ", ".join(hookspecs.HOOK_NAMES)
-        return f"plugin {name!r}: unknown hook {unknown[0]!r}; the hooks are: {known}"
-    return None
-
-
 class Worker:
     def __init__(self, channel: socket.socket, name: str) -> None:
         self.channel = channel
         self.name = name
-        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
-        self.pm.add_hookspecs(hookspecs)
+        self.pm = new_plugin_manager()
         self._send_lock = threading.Lock()
         self._calls: queue.SimpleQueue[tuple[int, str, dict[str, Any]] | None] = queue.SimpleQueue()
         self._cancelled: set[int] = set()
