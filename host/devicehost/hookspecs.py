@@ -3,9 +3,12 @@
 
 A driver is a module (or object) with functions marked ``@devicehost.hookimpl``, made
 known through an entry point in the group ``devicehost.drivers``. All hooks are
-synchronous and take keyword arguments; the host calls them in worker threads, off its
-event loop, with a timeout, so a driver may block on its vendor library. A driver
-implements only the hooks it needs and may accept only the parameters it uses.
+synchronous and take keyword arguments. Each driver runs in its own worker process (a
+fresh interpreter the host starts and supervises); hooks run there in a few threads, each
+call with a timeout, so a driver may block on its vendor library and even crash without
+touching another driver. Only plain data crosses back: the host rebuilds and checks every
+answer. A driver implements only the hooks it needs and may accept only the parameters it
+uses.
 
 Lifecycle, in order: ``simulate`` (only under ``--simulate``/demo) → ``configure`` →
 ``resources`` → per resource ``enumerate`` (on an interval and on ``notify``) and
