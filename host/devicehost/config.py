@@ -284,7 +284,8 @@ SETTINGS: tuple[Setting, ...] = (
         "driver_start_timeout",
         _positive_float,
         "DEVICEHOST_DRIVER_START_TIMEOUT",
-        "seconds a driver's worker process may take to import the driver before it is restarted",
+        "seconds a driver's worker process may take to import the driver (and, under "
+        "--simulate, to build its simulated node) before it is restarted",
     ),
     Setting(
         "registration.initialBackoffSeconds",

@@ -276,8 +276,14 @@ class Host:
         root = str(self.driver_root(handle))
         section = dict(config.driver_section(name))
         if config.simulate and handle.implements("devicehost_simulate"):
+            # Building a simulated machine writes thousands of files: part of starting, like
+            # the import, so it gets the start timeout rather than a hook's.
             await process.call(
-                "devicehost_simulate", timeout, root=root, config=section, node=config.simulate_node
+                "devicehost_simulate",
+                config.driver_start_timeout,
+                root=root,
+                config=section,
+                node=config.simulate_node,
             )
         try:
             await process.call(
