@@ -129,6 +129,14 @@ def test_watch_notify_rescans_at_once(alpha, kubelet):
     kubelet.wait_devices(RES, lambda d: "dev-9" in d)
 
 
+def test_watch_start_is_followed_by_a_scan_so_no_change_is_missed(alpha, kubelet):
+    """A change between the host's first scan and the start of the driver's watch reaches
+    the kubelet without a notify and long before the next interval scan: the host
+    enumerates again as each watch starts."""
+    alpha(target="testdrivers.scripted:ChangesBeforeItsWatch", scan_interval=3600.0)
+    assert sorted(kubelet.wait_devices(RES, lambda d: len(d) == 2)) == ["dev-0", "dev-1"]
+
+
 def test_preferred_allocation_invalid_answer_falls_back_to_default(alpha, kubelet):
     """A driver choice with the wrong size is replaced by the host's NUMA-packing default."""
     alpha({"resources": {RES: 4}}, target="testdrivers.scripted:Misbehaving")

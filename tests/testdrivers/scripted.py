@@ -254,3 +254,23 @@ class BrokenSimulation(Scripted):
     @hookimpl
     def devicehost_simulate(self, root: Path) -> None:
         raise OSError("cannot build the simulated node")
+
+
+class ChangesBeforeItsWatch(Scripted):
+    """Hardware that changes between the host's first scan and the start of ``watch``: the
+    first enumeration finds one device, every later one two. Its watch never notifies, as
+    a watch that takes its own baseline after the change would not."""
+
+    scans = 0
+
+    @hookimpl
+    def devicehost_enumerate(self, resource: str) -> Sequence[Any]:
+        self.scans += 1
+        devices = list(self._devices().get(resource, []))
+        return devices[:1] if self.scans == 1 else devices
+
+    @hookimpl
+    def devicehost_watch(
+        self, resource: str, notify: Callable[[], None], stop: threading.Event
+    ) -> None:
+        stop.wait()
