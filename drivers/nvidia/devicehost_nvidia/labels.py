@@ -1,6 +1,8 @@
 """Node feature labels for the GPUs found, in the project's shared vocabulary.
 
-The values follow NVIDIA's GPU feature discovery where it has one: the product name with
+``firmware-version`` is the first GPU's VBIOS (``nvmlDeviceGetVbiosVersion``, go-nvml
+``gen/nvml/nvml.h``), the GPU's firmware as ``nvidia-smi -q`` shows it. The values follow
+NVIDIA's GPU feature discovery where it has one: the product name with
 spaces as ``-`` and the architecture family from the CUDA compute capability
 (k8s-device-plugin ``internal/lm/resource.go``, ``getArchFamily``).
 """
@@ -50,6 +52,8 @@ def gpu_labels(found: Discovery) -> Mapping[str, str]:
         major, minor = first.compute_capability
         labels["family"] = family(major, minor)
         labels["compute-capability"] = f"{major}.{minor}"
+    if first.vbios_version:
+        labels["firmware-version"] = _value(first.vbios_version)
     if found.cuda_driver_version:
         version = found.cuda_driver_version
         labels["cuda-driver-version"] = f"{version // 1000}.{version % 1000 // 10}"

@@ -75,6 +75,7 @@ def test_labels_describe_the_dgx_gpus(fake_root: FakeRoot) -> None:
             "mig-capable": "true",
             "family": "hopper",
             "compute-capability": "9.0",
+            "firmware-version": "96.00.00.00.01",
         }
     finally:
         driver.devicehost_shutdown()
