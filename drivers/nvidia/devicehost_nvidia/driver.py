@@ -282,7 +282,7 @@ class NvidiaDriver:
 
     @hookimpl
     def devicehost_labels(self) -> Mapping[str, str]:
-        return gpu_labels(self.found)
+        return gpu_labels(self.found, self.topology)
 
     @hookimpl
     def devicehost_host_paths(self) -> Sequence[HostPath]:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 
 from devicehost_nvidia.discovery import Discovery
+from devicehost_nvidia.topology import Topology
 
 #: CUDA compute capability major → family (minor splits volta/turing and ampere/ada).
 _FAMILIES = {1: "tesla", 2: "fermi", 3: "kepler", 5: "maxwell", 6: "pascal", 9: "hopper"}
@@ -35,14 +36,16 @@ def _value(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "-", text.strip())[:63].strip("-._") or "unknown"
 
 
-def gpu_labels(found: Discovery) -> Mapping[str, str]:
-    """Labels describing the node's GPUs (the first GPU's model when they differ)."""
+def gpu_labels(found: Discovery, topology: Topology) -> Mapping[str, str]:
+    """Labels describing the node's GPUs (the first GPU's model when they differ) and
+    how they are joined (``interconnect``, the key the Ascend driver uses for HCCS)."""
     if not found.gpus:
         return {}
     first = found.gpus[0]
     labels = {
         "present": "true",
         "count": str(len(found.gpus)),
+        "interconnect": topology.interconnect,
         "product": _value(first.name),
         "memory-mib": str(first.memory_bytes // (1024 * 1024)),
         "driver-version": _value(found.driver_version),

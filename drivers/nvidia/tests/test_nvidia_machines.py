@@ -76,6 +76,7 @@ def test_labels_describe_the_dgx_gpus(fake_root: FakeRoot) -> None:
             "family": "hopper",
             "compute-capability": "9.0",
             "firmware-version": "96.00.00.00.01",
+            "interconnect": "nvswitch",
         }
     finally:
         driver.devicehost_shutdown()
