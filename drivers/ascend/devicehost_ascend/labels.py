@@ -45,7 +45,7 @@ def _chip_type(name: str) -> str:
 
 def node_labels(found: Inventory, root: Path, ring_size: int) -> dict[str, str]:
     """``present``, ``count`` (chips), ``family``, ``chip-type``, ``product`` (the chip
-    name), ``memory-mib``, ``vnpu-count``, ``hccs``, ``driver-version``,
+    name), ``memory-mib``, ``vnpu-count``, ``interconnect``, ``driver-version``,
     ``firmware-version``; keys whose value is unknown are left out.
 
     ``family`` is the chip generation (``910A``, ``910B``, ``310P``), as the shared
@@ -72,7 +72,8 @@ def node_labels(found: Inventory, root: Path, ring_size: int) -> dict[str, str]:
     if found.memory_mib:
         labels["memory-mib"] = str(min(found.memory_mib.values()))
     if any(d.family == "Ascend910" for d in devices) and found.chip_names:
-        labels["hccs"] = f"ring-{ring_size}" if ring_size else "mesh"
+        # Named as the NVIDIA driver's interconnect label (nvswitch, nvlink, pcie).
+        labels["interconnect"] = f"hccs-ring-{ring_size}" if ring_size else "hccs-mesh"
     for key, path in (
         ("driver-version", DRIVER_VERSION_FILE),
         ("firmware-version", FIRMWARE_VERSION_FILE),

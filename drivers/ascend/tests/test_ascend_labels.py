@@ -25,22 +25,22 @@ def test_atlas_800t_a2_is_labelled_as_eight_910b_in_a_mesh(fake_root: FakeRoot) 
         "product": "Ascend910B3",
         "memory-mib": "65536",
         "vnpu-count": "0",
-        "hccs": "mesh",
+        "interconnect": "hccs-mesh",
         "driver-version": "24.1.rc2",
         "firmware-version": "7.5.0.1.129",
     }
 
 
 def test_atlas_800_9000_has_rings_and_the_inference_server_none(fake_root: FakeRoot) -> None:
-    """The training server says ring-4; the 310P server has no hccs label at all."""
+    """The training server says hccs-ring-4; the 310P server has no interconnect label."""
     training = labels_of(FakeRoot(fake_root.path / "a"), "atlas-800-9000")
-    assert (training["family"], training["hccs"]) == ("910A", "ring-4")
+    assert (training["family"], training["interconnect"]) == ("910A", "hccs-ring-4")
     inference = labels_of(FakeRoot(fake_root.path / "b"), "atlas-800-3000")
     assert (
         inference["family"],
         inference["chip-type"],
         inference["memory-mib"],
-        "hccs" in inference,
+        "interconnect" in inference,
     ) == ("310P", "Ascend310P", "49152", False)
 
 
