@@ -40,6 +40,7 @@ class Gpu:
     mig_enabled: bool
     mig_capable: bool = False
     compute_capability: tuple[int, int] | None = None
+    vbios_version: str = ""
     handle: Handle = field(repr=False)
 
 
@@ -94,6 +95,13 @@ def _compute_capability(nvml: Nvml, handle: Handle) -> tuple[int, int] | None:
         return None
 
 
+def _vbios_version(nvml: Nvml, handle: Handle) -> str:
+    try:
+        return nvml.device_vbios_version(handle)
+    except NvmlError:
+        return ""
+
+
 def _gpu(nvml: Nvml, root: Path, index: int) -> tuple[Gpu, str | None]:
     """The GPU at ``index`` and a note when its MIG mode is about to change."""
     handle = nvml.device_handle_by_index(index)
@@ -111,6 +119,7 @@ def _gpu(nvml: Nvml, root: Path, index: int) -> tuple[Gpu, str | None]:
         mig_enabled=bool(current),
         mig_capable=mode is not None,
         compute_capability=_compute_capability(nvml, handle),
+        vbios_version=_vbios_version(nvml, handle),
         handle=handle,
     )
     note = None

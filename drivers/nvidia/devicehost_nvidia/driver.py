@@ -158,7 +158,7 @@ class NvidiaDriver:
     def devicehost_simulate(self, root: Path, config: Mapping[str, Any], node: str) -> None:
         """Lay out the simulated node: by default 8 GPUs in NVLink pairs on two NUMA nodes
         (shaped by ``simulation``); ``dgx-h100`` the GPU part of a DGX H100; any other
-        machine has no NVIDIA GPU, so nothing is built."""
+        machine has no NVIDIA GPU, so nothing is built and configure finds no driver."""
         self._simulate_root, self._machine = root, node
         parsed = parse_config(config)
         build_tree(root, simulated_node(parsed, node), parsed.driver_root)
@@ -167,6 +167,12 @@ class NvidiaDriver:
         if self._given is not None:
             nvml = self._given
         elif simulated:
+            if self._machine and self._machine not in SIMULATED_MACHINES:
+                # Such a machine has no NVIDIA driver, so no NVML: unavailable, as on it.
+                raise DriverUnavailable(
+                    f"NVML cannot be loaded: the simulated machine {self._machine!r} has no "
+                    "NVIDIA GPU, so no NVIDIA driver"
+                )
             node = simulated_node(config, self._machine)
             if self._simulate_root == root:
                 build_tree(root, node, config.driver_root)  # adds what config asks beyond it
@@ -196,9 +202,7 @@ class NvidiaDriver:
             nvml, found.gpus, self.tracker, self.config.ignored_xids, self.observer
         )
         notes = [self.simulator.node.describe()] if self.simulator else []
-        if simulated and self._machine and self._machine not in SIMULATED_MACHINES:
-            notes.append(f"the simulated machine {self._machine!r} has no NVIDIA GPU")
-        elif not found.gpus:
+        if not found.gpus:
             notes.append(
                 f"NVML (driver {found.driver_version}) finds no GPU on this node: "
                 "nothing is advertised"
@@ -278,7 +282,7 @@ class NvidiaDriver:
 
     @hookimpl
     def devicehost_labels(self) -> Mapping[str, str]:
-        return gpu_labels(self.found)
+        return gpu_labels(self.found, self.topology)
 
     @hookimpl
     def devicehost_host_paths(self) -> Sequence[HostPath]:

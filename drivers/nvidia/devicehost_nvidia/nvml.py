@@ -139,6 +139,9 @@ class Nvml(Protocol):
         """Total framebuffer memory in bytes."""
 
     def device_cuda_compute_capability(self, device: Handle) -> tuple[int, int]: ...
+    def device_vbios_version(self, device: Handle) -> str:
+        """nvmlDeviceGetVbiosVersion: the GPU's firmware (VBIOS), e.g. ``96.00.74.00.0D``."""
+
     def device_mig_mode(self, device: Handle) -> tuple[int, int]:
         """(current, pending), each 1 for enabled and 0 for disabled."""
 

@@ -96,6 +96,9 @@ class PynvmlLibrary:
     def device_memory_total(self, device: Handle) -> int:
         return int(_call(pynvml.nvmlDeviceGetMemoryInfo, device).total)
 
+    def device_vbios_version(self, device: Handle) -> str:
+        return _text(_call(pynvml.nvmlDeviceGetVbiosVersion, device))
+
     def device_cuda_compute_capability(self, device: Handle) -> tuple[int, int]:
         major, minor = _call(pynvml.nvmlDeviceGetCudaComputeCapability, device)
         return int(major), int(minor)

@@ -59,6 +59,7 @@ DRIVER_VERSION = "550.54.15"
 #: nvmlSystemGetCudaDriverVersion of that driver: CUDA 12.4.
 CUDA_DRIVER_VERSION = 12040
 DEFAULT_MEMORY_MIB = 81920
+DEFAULT_VBIOS = "92.00.00.00.01"
 #: Energy the simulated GPU uses between two readings of its counter, in mJ.
 _ENERGY_STEP_MJ = 50_000
 
@@ -136,6 +137,8 @@ class SimGpu:
     #: The driver offers NVML_FI_DEV_GET_GPU_RECOVERY_ACTION for this GPU.
     recovery_action_supported: bool = False
     compute_capability: tuple[int, int] = (8, 0)
+    #: The simulation's own VBIOS version (in the format nvidia-smi shows).
+    vbios_version: str = DEFAULT_VBIOS
 
     @property
     def mig_enabled(self) -> bool:
@@ -269,6 +272,7 @@ def dgx_h100_node(mig: Mapping[int, Iterable[str]] | None = None) -> SimNode:
                 mig_profiles=tuple(mig.get(i, ())),
                 recovery_action_supported=True,
                 compute_capability=(9, 0),
+                vbios_version="96.00.00.00.01",
             )
             for i, bus in enumerate(DGX_H100_GPU_BUSES)
         ],
@@ -477,6 +481,9 @@ class SimulatedNvml:
 
     def device_cuda_compute_capability(self, device: Handle) -> tuple[int, int]:
         return self._gpu(device).compute_capability
+
+    def device_vbios_version(self, device: Handle) -> str:
+        return self._gpu(device).vbios_version
 
     def device_mig_mode(self, device: Handle) -> tuple[int, int]:
         enabled = int(self._gpu(device).mig_enabled)

@@ -37,6 +37,16 @@ class Topology:
     links: dict[tuple[str, str], int] = field(default_factory=dict)
     levels: dict[tuple[str, str], int] = field(default_factory=dict)
     numa: dict[str, int | None] = field(default_factory=dict)
+    #: Some GPU has an NVLink to something other than a GPU: an NVSwitch.
+    switched: bool = False
+
+    @property
+    def interconnect(self) -> str:
+        """How the GPUs reach each other: ``nvswitch``, ``nvlink`` (direct links only)
+        or ``pcie``."""
+        if self.switched:
+            return "nvswitch"
+        return "nvlink" if self.links else "pcie"
 
     def nvlinks(self, a: str, b: str) -> int:
         return self.links.get(_pair(a, b), 0)
@@ -85,6 +95,7 @@ def read_topology(nvml: Nvml, gpus: Sequence[Gpu]) -> Topology:
             peer = by_bus.get(remote)
             if peer is None:
                 switches[gpu.uuid][remote] += 1
+                topology.switched = True
             elif peer is not gpu:
                 direct[(gpu.uuid, peer.uuid)] += 1
     for a, b in itertools.combinations(gpus, 2):

@@ -2,12 +2,13 @@
 
 import threading
 
+import pytest
 from devicehost_nvidia import NvidiaDriver, default_node
 from devicehost_nvidia.simtree import TOOLKIT_SPEC
 from devicehost_nvidia.simulated import DGX_H100_GPU_BUSES, dgx_h100_node
 from nvidia_helpers import MakeDriver
 
-from devicehost import Health
+from devicehost import DriverUnavailable, Health
 from devicehost.testing import FakeRoot
 
 GPU = "nvidia.com/gpu"
@@ -49,16 +50,15 @@ def test_default_node_is_unchanged(fake_root: FakeRoot) -> None:
         driver.devicehost_shutdown()
 
 
-def test_machine_without_gpus_serves_nothing(fake_root: FakeRoot) -> None:
-    """A machine with no NVIDIA GPU (an Atlas server): nothing built, no resources, a note."""
-    driver = _simulated(fake_root, "atlas-800-9000")
-    try:
-        assert driver.devicehost_resources() == []
-        assert not fake_root.at("/dev/nvidiactl").exists()
-        assert any("has no NVIDIA GPU" in n for n in driver.devicehost_notes())
-        assert driver.devicehost_labels() == {}
-    finally:
-        driver.devicehost_shutdown()
+def test_machine_without_gpus_is_unavailable(fake_root: FakeRoot) -> None:
+    """A machine with no NVIDIA GPU (an Atlas server) has no NVIDIA driver: nothing is
+    built and configure says the driver is unavailable, as on that machine (and as the
+    Ascend and RDMA drivers say on a machine without their hardware)."""
+    driver = NvidiaDriver()
+    driver.devicehost_simulate(root=fake_root.path, config={}, node="atlas-800-9000")
+    with pytest.raises(DriverUnavailable, match="'atlas-800-9000' has no NVIDIA GPU"):
+        driver.devicehost_configure(config={}, root=fake_root.path, simulated=True)
+    assert not fake_root.at("/dev/nvidiactl").exists()
 
 
 def test_labels_describe_the_dgx_gpus(fake_root: FakeRoot) -> None:
@@ -75,6 +75,8 @@ def test_labels_describe_the_dgx_gpus(fake_root: FakeRoot) -> None:
             "mig-capable": "true",
             "family": "hopper",
             "compute-capability": "9.0",
+            "firmware-version": "96.00.00.00.01",
+            "interconnect": "nvswitch",
         }
     finally:
         driver.devicehost_shutdown()

@@ -86,6 +86,18 @@ def test_nvswitch_joins_every_gpu(make_driver: MakeDriver) -> None:
     assert topology.nvlinks(sim_uuid(1), sim_uuid(2)) == 6
 
 
+def test_interconnect_label_names_how_the_gpus_are_joined(make_driver: MakeDriver) -> None:
+    """The interconnect label: nvswitch when links end at a switch, nvlink for direct
+    links only (the default node's pairs), pcie without NVLink."""
+    switched = default_node(gpus=2)
+    switched.nvlinks, switched.nvswitches, switched.nvswitch_links = [], 1, 2
+    plain = default_node(gpus=2)
+    plain.nvlinks = []
+    for node, expected in ((switched, "nvswitch"), (default_node(gpus=2), "nvlink")):
+        assert make_driver(node=node).devicehost_labels()["interconnect"] == expected
+    assert make_driver(node=plain).devicehost_labels()["interconnect"] == "pcie"
+
+
 def test_must_include_is_always_kept(make_driver: MakeDriver) -> None:
     """must_include GPUs are in the answer even when they are far apart."""
     assert _prefer(make_driver(), 3, must=(0, 7)) >= {0, 7}

@@ -1,4 +1,4 @@
-"""The simulated DGX H100 (issue 13, items 10, 11, 13, 14): the rules on a published layout.
+"""The simulated DGX H100 (issue 13, items 9, 10, 11, 13, 14): the rules on a published layout.
 
 The node's NICs are those of the NVIDIA DGX H100/H200 User Guide ("Network Ports"):
 eight single-port ConnectX-7 InfiniBand compute NICs, two dual-port ConnectX-7 storage
@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import pytest
 from devicehost_rdma.driver import HOST_PATHS, RdmaDriver
-from devicehost_rdma.simulated import DGX_H100_COMPUTE, dgx_h100
-from rdma_helpers import configured, exclusive_pool, listed
+from devicehost_rdma.simulated import DGX_H100_COMPUTE, dgx_h100, set_link
+from rdma_helpers import composed, configured, exclusive_pool, listed
 
+from devicehost import Health
 from devicehost.drivers.discovery import DriverStatus
 from devicehost.testing import FakeRoot, KubeletStandIn
 
@@ -50,6 +51,20 @@ def test_default_pools_never_take_the_e810_and_a_note_names_it(
         "[8086:159b, ice], irdma1 (0000:08:00.1) [8086:159b, ice]; add a pool whose "
         "selectors match them if workloads should get them"
     ]
+
+
+def test_storage_slot_gives_every_port_while_one_link_is_down(fake_root: FakeRoot) -> None:
+    """Item 9: with storage port mlx5_2's cable pulled, the shared slots stay Healthy and a
+    slot still gives all four storage ports' nodes (the old answer left mlx5_2 out, and the
+    container missed it for good); health decides only what ListAndWatch shows."""
+    dgx_h100(fake_root)
+    driver = configured(fake_root)
+    set_link(fake_root.path, "mlx5_2", up=False)
+    assert {d.health for d in listed(driver, SHARED).values()} == {Health.HEALTHY}
+    edits = composed(driver, SHARED, ["slot-7"])
+    assert edits.envs == {"RDMA_DEVICES": "mlx5_1,mlx5_2,mlx5_7,mlx5_8"}
+    uverbs = [d.host_path for d in edits.devices if "uverbs" in d.host_path]
+    assert len(uverbs) == 4
 
 
 def test_vf_pool_gives_pcidevice_as_the_sriov_plugin_does(
