@@ -30,10 +30,11 @@ _EVENT_HEADER = struct.Struct("iIII")
 
 
 def file_identity(path: Path) -> FileIdentity | None:
-    """Identify a file across re-creation (inode numbers alone may be reused)."""
+    """Identify a file across re-creation (inode numbers alone may be reused); None when
+    there is none, including when a file stands where its directory should be."""
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     return (st.st_dev, st.st_ino, st.st_ctime_ns)
 
