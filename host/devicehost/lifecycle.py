@@ -490,7 +490,7 @@ class Host:
                     task.get_name(),
                     STOP_TASKS_SECONDS,
                 )
-        self.watcher.close()
+        await self.watcher.close()
         if self.node_labels and self._serving:
             self.node_labels.close()
         if self.cdi:
