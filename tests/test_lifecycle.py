@@ -204,3 +204,54 @@ def test_signal_stops_process_cleanly(tmp_path, plugin_dir, signum):
             process.kill()
         assert not (plugin_dir / SOCKET).exists()
         assert b"stopped" in process.stderr.read()
+
+
+def inotify_descriptors() -> int:
+    """inotify descriptors open in this process (the host's watcher runs in it)."""
+    fds = os.listdir("/proc/self/fd")
+    return sum(
+        1
+        for fd in fds
+        if os.path.exists(f"/proc/self/fd/{fd}")
+        and os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
+    )
+
+
+def test_plugin_dir_replaced_by_a_file_then_restored(install, host_config, kubelet, caplog):
+    """The plugin directory removed and replaced by a file, then a directory again with the
+    kubelet back: the host says it cannot watch it, re-registers once it is back, keeps
+    watching the new directory with inotify (a later kubelet restart is noticed with the
+    safety poll set to an hour), and stops cleanly with no inotify descriptor left open."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    before = inotify_descriptors()
+    thread = HostThread(host_config, enabled_drivers=("alpha",), drivers={"alpha": section()})
+    thread.host.watcher.safety_interval = 3600.0  # only inotify can notice a restart
+    plugin_dir = kubelet.plugin_dir
+    with thread:
+        kubelet.wait_registered(RES)
+        assert thread.host.watcher.mode == "inotify"
+        kubelet.stop()
+        for entry in plugin_dir.iterdir():
+            entry.unlink()
+        plugin_dir.rmdir()
+        plugin_dir.write_text("not a directory")
+        eventually(lambda: any("cannot watch" in r.getMessage() for r in caplog.records))
+
+        plugin_dir.unlink()
+        plugin_dir.mkdir()
+        kubelet.start()
+        kubelet.wait_registered(RES, count=2)
+        kubelet.wait_devices(RES, lambda d: len(d) == 2)
+        assert kubelet.allocate(RES, [["dev-0"]])
+        eventually(
+            lambda: any(
+                "watching" in r.getMessage() and "again" in r.getMessage() for r in caplog.records
+            )
+        )
+
+        kubelet.restart()  # noticed by the new directory's watch
+        kubelet.wait_registered(RES, count=3)
+        kubelet.wait_devices(RES, lambda d: len(d) == 2)
+    assert any(r.getMessage() == "stopped" for r in caplog.records)
+    assert inotify_descriptors() == before
