@@ -6,6 +6,7 @@ import logging
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -255,3 +256,60 @@ def test_plugin_dir_replaced_by_a_file_then_restored(install, host_config, kubel
         kubelet.wait_devices(RES, lambda d: len(d) == 2)
     assert any(r.getMessage() == "stopped" for r in caplog.records)
     assert inotify_descriptors() == before
+
+
+def test_a_second_devicehost_on_the_same_plugin_dir_refuses_to_start(tmp_path, plugin_dir, kubelet):
+    """A second `devicehost run` on a plugin directory already served exits 2 with one line
+    saying so, instead of deleting the first one's sockets; the first one serves on."""
+    first = run_scripted(tmp_path, plugin_dir, RES, 2)
+    second = None
+    try:
+        kubelet.wait_registered(RES, timeout=20)
+        second = run_scripted(tmp_path, plugin_dir, RES, 2)
+        _, stderr = second.communicate(timeout=30)
+        assert second.returncode == 2
+        assert f"another devicehost already serves {plugin_dir}" in stderr.decode()
+        assert "Traceback" not in stderr.decode()
+        assert kubelet.registration_count(RES) == 1
+        assert kubelet.allocate(RES, [["dev-1"]])
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def sim_trees(tmp: Path) -> list[Path]:
+    return sorted(tmp.glob("devicehost-sim-*"))
+
+
+def test_simulated_tree_is_removed_on_exit_and_a_crashed_runs_is_swept(
+    tmp_path, plugin_dir, kubelet
+):
+    """`devicehost run --simulate` builds its hardware tree in the temp directory: a run
+    killed with SIGKILL leaves it behind, the next run removes it at start, and a run
+    stopped by SIGTERM removes its own."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {"TMPDIR": str(tmp)}
+    first = run_scripted(tmp_path, plugin_dir, RES, 2, extra_args=["--simulate"], env=env)
+    second = None
+    try:
+        kubelet.wait_registered(RES, timeout=20)
+        [crashed] = sim_trees(tmp)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        assert crashed.is_dir()  # nothing could clean up
+
+        second = run_scripted(tmp_path, plugin_dir, RES, 2, extra_args=["--simulate"], env=env)
+        kubelet.wait_registered(RES, count=2, timeout=20)
+        [fresh] = sim_trees(tmp)
+        assert fresh != crashed
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=10) == 0
+        assert sim_trees(tmp) == []
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
