@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -384,7 +385,9 @@ def test_otlp_credentials_never_reach_the_output_or_the_log(tmp_path, plugin_dir
         assert kubelet.allocate("test.example/dev", [["dev-0"]])  # a span to export
     finally:
         process.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
         _, stderr = process.communicate(timeout=20)
+        print(f"\nSIGTERM to exit, collector unreachable: {time.monotonic() - sent:.2f} s")
     assert process.returncode == 0
     assert b"stopped" in stderr
     assert b"tracing to http://***@127.0.0.1:9/v1/traces" in stderr  # named, redacted
