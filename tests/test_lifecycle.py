@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from devicehost.lifecycle import PluginDirInUse
 from devicehost.testing import HostThread, KubeletStandIn
 from support import SCRIPTED, eventually, run_scripted
 from support import scripted as scripted_control
@@ -222,7 +223,8 @@ def test_plugin_dir_replaced_by_a_file_then_restored(install, host_config, kubel
     """The plugin directory removed and replaced by a file, then a directory again with the
     kubelet back: the host says it cannot watch it, re-registers once it is back, keeps
     watching the new directory with inotify (a later kubelet restart is noticed with the
-    safety poll set to an hour), and stops cleanly with no inotify descriptor left open."""
+    safety poll set to an hour), locks the new directory against a second host, and stops
+    cleanly with no inotify descriptor left open."""
     caplog.set_level(logging.INFO, logger="devicehost")
     install("devicehost-alpha", drivers={"alpha": SCRIPTED})
     before = inotify_descriptors()
@@ -254,6 +256,9 @@ def test_plugin_dir_replaced_by_a_file_then_restored(install, host_config, kubel
         kubelet.restart()  # noticed by the new directory's watch
         kubelet.wait_registered(RES, count=3)
         kubelet.wait_devices(RES, lambda d: len(d) == 2)
+        # The new directory is locked too: a second host still refuses to start.
+        with pytest.raises(PluginDirInUse, match="another devicehost already serves"):
+            HostThread(host_config, enabled_drivers=("alpha",)).start()
     assert any(r.getMessage() == "stopped" for r in caplog.records)
     assert inotify_descriptors() == before
 

@@ -183,6 +183,9 @@ class Host:
         self._tasks.append(
             asyncio.create_task(self._count_kubelet_restarts(), name="kubelet-restarts")
         )
+        self._tasks.append(
+            asyncio.create_task(self._keep_plugin_dir_locked(), name="plugin-dir-lock")
+        )
         self._serving = True
         if self.node_labels is not None:
             self._tasks.append(asyncio.create_task(self.node_labels.run(), name="node-labels"))
@@ -413,8 +416,18 @@ class Host:
 
     def _lock_plugin_dir(self) -> None:
         """Hold an exclusive lock on the plugin directory itself (a lock file in it would be
-        deleted by the kubelet's clean-up), so a second host refuses to start."""
+        deleted by the kubelet's clean-up), so a second host refuses to start. Called again
+        on every change of the directory: one created late or re-created after it was
+        removed is locked anew (a lock on the old one guards nothing)."""
         directory = self.config.plugin_dir
+        if self._lock_fd is not None:
+            held = os.fstat(self._lock_fd)
+            with contextlib.suppress(OSError):
+                now = os.stat(directory)
+                if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                    return
+            os.close(self._lock_fd)
+            self._lock_fd = None
         try:
             fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
@@ -430,6 +443,24 @@ class Host:
                 "--plugin-dir",
             ) from None
         self._lock_fd = fd
+
+    async def _keep_plugin_dir_locked(self) -> None:
+        """Lock the plugin directory again whenever it is created or replaced."""
+        changed = self.watcher.subscribe()
+        refused = False
+        try:
+            while True:
+                await changed.wait()
+                changed.clear()
+                try:
+                    self._lock_plugin_dir()
+                    refused = False
+                except PluginDirInUse as exc:
+                    if not refused:
+                        log.error("%s", exc)
+                    refused = True
+        finally:
+            self.watcher.unsubscribe(changed)
 
     async def _count_kubelet_restarts(self) -> None:
         """Count each new kubelet.sock after one was seen (a late first kubelet is no restart)."""
