@@ -10,6 +10,7 @@ installed exits 0 on SIGTERM within 2 s.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -23,7 +24,7 @@ import grpc
 import pytest
 
 from devicehost.drivers.discovery import DriverStatus
-from devicehost.testing import HostThread, KubeletStandIn
+from devicehost.testing import HostThread, KubeletStandIn, write_distribution
 from support import SCRIPTED, ScriptedControl, eventually
 from support import scripted as scripted_control
 from testdrivers.wrecking import ESCAPING_RESOURCE, UNCHECKED_IDS
@@ -210,15 +211,22 @@ BAD_DRIVERS = {
 }
 
 
-def test_devicehost_run_with_every_bad_driver_serves_the_good_one_and_stops_on_sigterm(
-    tmp_path, plugin_dir, kubelet
-):
-    """`devicehost run --simulate` with all the bad drivers installed beside the good one:
-    the good resource registers, streams a health flip and allocates while the others crash,
-    hang and restart; the log names each bad driver with its cause; SIGTERM ends the
-    process with status 0 within 2 s, leaving no socket and no simulated tree behind."""
-    from devicehost.testing import write_distribution
+CAUSES = {
+    "segv": "killed by SIGSEGV",
+    "exit": "exited with code 3",
+    "sysexit": "SystemExit: configure gives up",
+    "importhang": "did not finish importing within 5 s",
+    "blockgen": "did not return within 0.5 s",
+    "raisegen": "RuntimeError: generator failed midway",
+    "forged": "resource refused",
+    "bare": "returned dict, expected a list of ResourceSpec",
+    "int": "returned int, expected a list of ResourceSpec",
+}
 
+
+def every_bad_driver(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A site with the good driver and every bad one installed; their config file and the
+    environment that finds them."""
     site = tmp_path / "site"
     write_distribution(site, "devicehost-good", {"devicehost.drivers": {"good": SCRIPTED}})
     for name, target in BAD_DRIVERS.items():
@@ -235,6 +243,36 @@ def test_devicehost_run_with_every_bad_driver_serves_the_good_one_and_stops_on_s
     )
     tests = Path(__file__).parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(tests)])}
+    env.pop("DEVICEHOST_CONFIG", None)
+    return config, env
+
+
+def test_devicehost_drivers_lists_every_bad_driver_with_its_state(tmp_path):
+    """`devicehost drivers --json`, the operator's diagnosis, still works with every bad
+    driver installed: the good one is active with its resource, and each bad one that
+    cannot start is shown down with its cause."""
+    config, env = every_bad_driver(tmp_path)
+    names = ",".join(["good", *BAD_DRIVERS])
+    command = [sys.executable, "-m", "devicehost.cli", "drivers", "--json", "--simulate"]
+    command += ["--config", str(config), "--drivers", names]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    shown = {d["name"]: d for d in json.loads(result.stdout)}
+    assert shown["good"]["status"] == "active"
+    assert shown["good"]["resources"] == [GOOD]
+    for name in ("exit", "sysexit", "importhang", "bare", "int"):
+        assert shown[name]["status"] in ("restarting", "crash-looping"), shown[name]
+        assert CAUSES[name] in shown[name]["reason"], shown[name]
+
+
+def test_devicehost_run_with_every_bad_driver_serves_the_good_one_and_stops_on_sigterm(
+    tmp_path, plugin_dir, kubelet
+):
+    """`devicehost run --simulate` with all the bad drivers installed beside the good one:
+    the good resource registers, streams a health flip and allocates while the others crash,
+    hang and restart; the log names each bad driver with its cause; SIGTERM ends the
+    process with status 0 within 2 s, leaving no socket and no simulated tree behind."""
+    config, env = every_bad_driver(tmp_path)
     command = [
         *(sys.executable, "-m", "devicehost.cli", "run", "--simulate"),
         *("--config", str(config), "--plugin-dir", str(plugin_dir)),
@@ -259,23 +297,12 @@ def test_devicehost_run_with_every_bad_driver_serves_the_good_one_and_stops_on_s
         good.set_health(GOOD, "g-0", True)
         kubelet.wait_health(GOOD, "g-0", "Healthy")
         assert kubelet.allocate(GOOD, [["g-1"]])[0].envs == {"SCRIPTED_DEVICES": "g-1"}
-        causes = {
-            "segv": "killed by SIGSEGV",
-            "exit": "exited with code 3",
-            "sysexit": "SystemExit: configure gives up",
-            "importhang": "did not finish importing within 5 s",
-            "blockgen": "did not return within 0.5 s",
-            "raisegen": "RuntimeError: generator failed midway",
-            "forged": "resource refused",
-            "bare": "returned dict, expected a list of ResourceSpec",
-            "int": "returned int, expected a list of ResourceSpec",
-        }
 
         def every_cause_logged() -> bool:
             lines = log.read_text().splitlines()
             return all(
                 any(f"driver '{name}'" in line and cause in line for line in lines)
-                for name, cause in causes.items()
+                for name, cause in CAUSES.items()
             )
 
         eventually(every_cause_logged, timeout=20)
