@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 STREAM_GRACE_SECONDS = 0.05
 STOP_TASKS_SECONDS = 0.5
 START_WAIT_SECONDS = 5.0
+RUNNER_RETRY_SECONDS = 1.0
 SIM_PREFIX = "devicehost-sim-"
 SIM_OWNER_FILE = ".owner-pid"
 
@@ -96,6 +97,7 @@ class Host:
             NodeLabels(config.feature_file, config.hook_timeout) if config.feature_file else None
         )
         self._serving = False
+        self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self._driver_tasks: list[asyncio.Task[None]] = []
         self._scan_tasks: dict[str, asyncio.Task[None]] = {}
@@ -378,6 +380,28 @@ class Host:
         resource.task = asyncio.create_task(
             resource.runner.run(), name=f"resource-{resource.spec.name}"
         )
+        resource.task.add_done_callback(functools.partial(self._runner_ended, resource))
+
+    def _runner_ended(self, resource: Resource, task: asyncio.Task[None]) -> None:
+        """A runner only ends when stopped; one that failed is a host bug, which must not
+        leave its resource unserved for good: log it and serve the resource again."""
+        if task.cancelled() or self._stopping or task.exception() is None:
+            return
+        exc = task.exception()
+        log.error(
+            "resource %r: serving it failed (%s: %s); serving it again in %.0f s",
+            resource.spec.name,
+            type(exc).__name__,
+            exc,
+            RUNNER_RETRY_SECONDS,
+            exc_info=exc,
+        )
+        resource.task = None
+        asyncio.get_running_loop().call_later(RUNNER_RETRY_SECONDS, self._serve_again, resource)
+
+    def _serve_again(self, resource: Resource) -> None:
+        if not self._stopping:
+            self._serve(resource)
 
     def _on_down(self, handle: DriverHandle) -> Callable[[str], None]:
         def down(why: str) -> None:
@@ -499,6 +523,7 @@ class Host:
 
     async def stop(self) -> None:
         """End streams, stop servers and remove sockets, and stop every worker (bounded)."""
+        self._stopping = True
         for resource in self.resources.values():
             resource.state.close()
         await asyncio.sleep(STREAM_GRACE_SECONDS)  # let open streams send their end cleanly
