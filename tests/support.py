@@ -34,9 +34,12 @@ def run_scripted(
     resource: str,
     devices: int,
     stderr: int | IO[Any] = subprocess.PIPE,
+    extra_args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """`devicehost run` in its own process, serving the scripted driver 'alpha' with
-    ``devices`` devices of ``resource`` (metrics and pod lookups off)."""
+    ``devices`` devices of ``resource`` (metrics and pod lookups off), with ``extra_args``
+    and ``env`` added."""
     site = tmp_path / "site"
     if not site.exists():
         write_distribution(site, "devicehost-alpha", {"devicehost.drivers": {"alpha": SCRIPTED}})
@@ -47,7 +50,8 @@ def run_scripted(
         "apiVersion: devicehost/v1\nkind: HostConfig\n"
         f"drivers:\n  alpha:\n    resources: {{'{resource}': {devices}}}\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.path.dirname(__file__)])}
+    path = os.pathsep.join([str(site), os.path.dirname(__file__)])
+    env = {**os.environ, **(env or {}), "PYTHONPATH": path}
     command = [
         sys.executable,
         "-m",
@@ -65,6 +69,7 @@ def run_scripted(
         "",
         "--root",
         str(root),
+        *extra_args,
     ]
     return subprocess.Popen(command, env=env, stderr=stderr)
 

@@ -6,14 +6,16 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from devicehost.testing import write_distribution
-from support import SCRIPTED
+from support import SCRIPTED, run_scripted
 
 
 def devicehost(*args: str, site: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -356,3 +358,37 @@ def test_demo_lists_the_nodes_it_can_simulate():
     out = devicehost("demo", "--list-nodes").stdout
     for name in ("dgx-h100", "atlas-800-9000", "atlas-800t-a2", "atlas-800-3000"):
         assert re.search(rf"^  {name} +\S", out, re.MULTILINE), out
+
+
+def test_otlp_credentials_never_reach_the_output_or_the_log(tmp_path, plugin_dir, kubelet):
+    """With user:password in the OTLP endpoint, neither `devicehost config` nor a `devicehost
+    run` that exports spans to it (and fails to: nothing listens) prints the password."""
+    secret = "http://bob:s3cret@127.0.0.1:9/v1/traces"
+    env = {
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": secret,
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+    }
+    shown = subprocess.run(
+        [sys.executable, "-m", "devicehost.cli", "config", "--drivers", "template"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "127.0.0.1:9" in shown.stdout
+    assert "s3cret" not in shown.stdout + shown.stderr
+
+    process = run_scripted(tmp_path, plugin_dir, "test.example/dev", 1, env=env)
+    try:
+        kubelet.wait_registered("test.example/dev", timeout=20)
+        assert kubelet.allocate("test.example/dev", [["dev-0"]])  # a span to export
+    finally:
+        process.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        _, stderr = process.communicate(timeout=20)
+        print(f"\nSIGTERM to exit, collector unreachable: {time.monotonic() - sent:.2f} s")
+    assert process.returncode == 0
+    assert b"stopped" in stderr
+    assert b"tracing to http://***@127.0.0.1:9/v1/traces" in stderr  # named, redacted
+    assert b"s3cret" not in stderr

@@ -652,3 +652,36 @@ def test_socket_deleted_right_after_it_is_served_is_served_again(
     # A fixed host notices at once (the deletion is an event); 6 s covers its 5 s safety poll.
     eventually(lambda: path.exists() and stat.S_ISSOCK(os.lstat(path).st_mode), timeout=6)
     kubelet.wait_devices(RES, lambda d: len(d) == 2)
+
+
+def test_a_runner_that_fails_is_logged_and_its_resource_served_again(
+    install, run_host, kubelet, monkeypatch, caplog
+):
+    """A resource's runner ends only when stopped. One that fails (a host bug: a file where
+    the plugin directory was once killed every runner silently) is logged naming the
+    resource, and the resource is served and registered again. The failure is injected
+    once into the runner's registration loop."""
+    import devicehost.kubelet.runner as runner
+
+    caplog.set_level(logging.ERROR, logger="devicehost")
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    real = runner.ResourceRunner._keep_registered
+    failures = []
+
+    async def fail_once(self, changed, own):
+        if not failures:
+            failures.append(self.name)
+            raise RuntimeError("injected runner failure")
+        return await real(self, changed, own)
+
+    monkeypatch.setattr(runner.ResourceRunner, "_keep_registered", fail_once)
+    run_host(enabled_drivers=("alpha",), drivers={"alpha": {"resources": {RES: 2}}})
+    kubelet.wait_registered(RES)
+    kubelet.wait_devices(RES, lambda d: len(d) == 2)
+    assert failures == [RES]
+    assert any(
+        f"resource {RES!r}: serving it failed (RuntimeError: injected runner failure)"
+        in r.getMessage()
+        for r in caplog.records
+    )
+    assert kubelet.allocate(RES, [["dev-1"]])

@@ -6,9 +6,11 @@ import logging
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
+from devicehost.lifecycle import PluginDirInUse
 from devicehost.testing import HostThread, KubeletStandIn
 from support import SCRIPTED, eventually, run_scripted
 from support import scripted as scripted_control
@@ -204,3 +206,115 @@ def test_signal_stops_process_cleanly(tmp_path, plugin_dir, signum):
             process.kill()
         assert not (plugin_dir / SOCKET).exists()
         assert b"stopped" in process.stderr.read()
+
+
+def inotify_descriptors() -> int:
+    """inotify descriptors open in this process (the host's watcher runs in it)."""
+    fds = os.listdir("/proc/self/fd")
+    return sum(
+        1
+        for fd in fds
+        if os.path.exists(f"/proc/self/fd/{fd}")
+        and os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
+    )
+
+
+def test_plugin_dir_replaced_by_a_file_then_restored(install, host_config, kubelet, caplog):
+    """The plugin directory removed and replaced by a file, then a directory again with the
+    kubelet back: the host says it cannot watch it, re-registers once it is back, keeps
+    watching the new directory with inotify (a later kubelet restart is noticed with the
+    safety poll set to an hour), locks the new directory against a second host, and stops
+    cleanly with no inotify descriptor left open."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    before = inotify_descriptors()
+    thread = HostThread(host_config, enabled_drivers=("alpha",), drivers={"alpha": section()})
+    thread.host.watcher.safety_interval = 3600.0  # only inotify can notice a restart
+    plugin_dir = kubelet.plugin_dir
+    with thread:
+        kubelet.wait_registered(RES)
+        assert thread.host.watcher.mode == "inotify"
+        kubelet.stop()
+        for entry in plugin_dir.iterdir():
+            entry.unlink()
+        plugin_dir.rmdir()
+        plugin_dir.write_text("not a directory")
+        eventually(lambda: any("cannot watch" in r.getMessage() for r in caplog.records))
+
+        plugin_dir.unlink()
+        plugin_dir.mkdir()
+        kubelet.start()
+        kubelet.wait_registered(RES, count=2)
+        kubelet.wait_devices(RES, lambda d: len(d) == 2)
+        assert kubelet.allocate(RES, [["dev-0"]])
+        eventually(
+            lambda: any(
+                "watching" in r.getMessage() and "again" in r.getMessage() for r in caplog.records
+            )
+        )
+
+        kubelet.restart()  # noticed by the new directory's watch
+        kubelet.wait_registered(RES, count=3)
+        kubelet.wait_devices(RES, lambda d: len(d) == 2)
+        # The new directory is locked too: a second host still refuses to start.
+        with pytest.raises(PluginDirInUse, match="another devicehost already serves"):
+            HostThread(host_config, enabled_drivers=("alpha",)).start()
+    assert any(r.getMessage() == "stopped" for r in caplog.records)
+    assert inotify_descriptors() == before
+
+
+def test_a_second_devicehost_on_the_same_plugin_dir_refuses_to_start(tmp_path, plugin_dir, kubelet):
+    """A second `devicehost run` on a plugin directory already served exits 2 with one line
+    saying so, instead of deleting the first one's sockets; the first one serves on."""
+    first = run_scripted(tmp_path, plugin_dir, RES, 2)
+    second = None
+    try:
+        kubelet.wait_registered(RES, timeout=20)
+        second = run_scripted(tmp_path, plugin_dir, RES, 2)
+        _, stderr = second.communicate(timeout=30)
+        assert second.returncode == 2
+        assert f"another devicehost already serves {plugin_dir}" in stderr.decode()
+        assert "Traceback" not in stderr.decode()
+        assert kubelet.registration_count(RES) == 1
+        assert kubelet.allocate(RES, [["dev-1"]])
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def sim_trees(tmp: Path) -> list[Path]:
+    return sorted(tmp.glob("devicehost-sim-*"))
+
+
+def test_simulated_tree_is_removed_on_exit_and_a_crashed_runs_is_swept(
+    tmp_path, plugin_dir, kubelet
+):
+    """`devicehost run --simulate` builds its hardware tree in the temp directory: a run
+    killed with SIGKILL leaves it behind, the next run removes it at start, and a run
+    stopped by SIGTERM removes its own."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {"TMPDIR": str(tmp)}
+    first = run_scripted(tmp_path, plugin_dir, RES, 2, extra_args=["--simulate"], env=env)
+    second = None
+    try:
+        kubelet.wait_registered(RES, timeout=20)
+        [crashed] = sim_trees(tmp)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        assert crashed.is_dir()  # nothing could clean up
+
+        second = run_scripted(tmp_path, plugin_dir, RES, 2, extra_args=["--simulate"], env=env)
+        kubelet.wait_registered(RES, count=2, timeout=20)
+        [fresh] = sim_trees(tmp)
+        assert fresh != crashed
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=10) == 0
+        assert sim_trees(tmp) == []
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()

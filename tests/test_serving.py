@@ -116,6 +116,47 @@ def test_allocate_unknown_id_is_invalid_argument(scripted, kubelet):
     assert refused.value.details() == f"unknown device ID 'nope-7' for resource '{RES}'"
 
 
+def test_same_device_in_two_containers_is_invalid_argument(scripted, kubelet):
+    """One device named in two containers of one Allocate is refused, naming the device and
+    both containers; the driver is not asked."""
+    _, driver = scripted()
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.allocate(RES, [["dev-0", "dev-1"], ["dev-2", "dev-1"]])
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.details() == (
+        f"resource '{RES}': device 'dev-1' is named in containers 0 and 1 of one Allocate"
+    )
+    assert not [c for c in driver.calls if c[0] == "devicehost_allocate"]
+
+
+@pytest.mark.parametrize(
+    ("must", "chosen"), [([], ["dev-0", "dev-2"]), (["gone-9"], ["dev-0", "dev-2"])]
+)
+def test_preferred_allocation_drops_ids_the_device_list_does_not_know(
+    scripted, kubelet, must, chosen
+):
+    """A kubelet list older than our snapshot names a device we no longer have: the
+    preference is made from the known devices (a failed preference would fail the pod)."""
+    scripted()
+    available = ["dev-0", "gone-9", "dev-1", "dev-2"]
+    assert kubelet.preferred_allocation(RES, available, must, 2) == chosen
+
+
+def test_preferred_allocation_with_too_few_known_ids_answers_no_preference(scripted, kubelet):
+    """When too few known devices are left to choose from, the answer is an empty preference
+    (the kubelet then picks from its own list), never an error."""
+    scripted()
+    assert kubelet.preferred_allocation(RES, ["dev-0", "gone-8", "gone-9"], [], 2) == []
+
+
+def test_driver_choosing_a_preference_never_sees_unknown_ids(scripted, kubelet):
+    """A driver's preferred_allocation hook is asked about known devices only."""
+    scripted(target="testdrivers.scripted:ScriptedWithPreStart")
+    chosen = kubelet.preferred_allocation(RES, ["dev-0", "dev-1", "dev-3", "gone-9"], [], 2)
+    # The driver picks the last ones it is offered: offered 'gone-9', it would pick it.
+    assert chosen == ["dev-3", "dev-1"]
+
+
 def test_allocate_unhealthy_is_failed_precondition(scripted, kubelet):
     """An Unhealthy device is never handed out: FAILED_PRECONDITION, driver not called."""
     _host, driver = scripted()

@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 STREAM_GRACE_SECONDS = 0.05
 STOP_TASKS_SECONDS = 0.5
 START_WAIT_SECONDS = 5.0
+RUNNER_RETRY_SECONDS = 1.0
 SIM_PREFIX = "devicehost-sim-"
 SIM_OWNER_FILE = ".owner-pid"
 
@@ -96,6 +97,7 @@ class Host:
             NodeLabels(config.feature_file, config.hook_timeout) if config.feature_file else None
         )
         self._serving = False
+        self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self._driver_tasks: list[asyncio.Task[None]] = []
         self._scan_tasks: dict[str, asyncio.Task[None]] = {}
@@ -182,6 +184,9 @@ class Host:
         self.watcher.start(self.use_inotify)
         self._tasks.append(
             asyncio.create_task(self._count_kubelet_restarts(), name="kubelet-restarts")
+        )
+        self._tasks.append(
+            asyncio.create_task(self._keep_plugin_dir_locked(), name="plugin-dir-lock")
         )
         self._serving = True
         if self.node_labels is not None:
@@ -381,6 +386,28 @@ class Host:
         resource.task = asyncio.create_task(
             resource.runner.run(), name=f"resource-{resource.spec.name}"
         )
+        resource.task.add_done_callback(functools.partial(self._runner_ended, resource))
+
+    def _runner_ended(self, resource: Resource, task: asyncio.Task[None]) -> None:
+        """A runner only ends when stopped; one that failed is a host bug, which must not
+        leave its resource unserved for good: log it and serve the resource again."""
+        if task.cancelled() or self._stopping or task.exception() is None:
+            return
+        exc = task.exception()
+        log.error(
+            "resource %r: serving it failed (%s: %s); serving it again in %.0f s",
+            resource.spec.name,
+            type(exc).__name__,
+            exc,
+            RUNNER_RETRY_SECONDS,
+            exc_info=exc,
+        )
+        resource.task = None
+        asyncio.get_running_loop().call_later(RUNNER_RETRY_SECONDS, self._serve_again, resource)
+
+    def _serve_again(self, resource: Resource) -> None:
+        if not self._stopping:
+            self._serve(resource)
 
     def _on_down(self, handle: DriverHandle) -> Callable[[str], None]:
         def down(why: str) -> None:
@@ -419,8 +446,18 @@ class Host:
 
     def _lock_plugin_dir(self) -> None:
         """Hold an exclusive lock on the plugin directory itself (a lock file in it would be
-        deleted by the kubelet's clean-up), so a second host refuses to start."""
+        deleted by the kubelet's clean-up), so a second host refuses to start. Called again
+        on every change of the directory: one created late or re-created after it was
+        removed is locked anew (a lock on the old one guards nothing)."""
         directory = self.config.plugin_dir
+        if self._lock_fd is not None:
+            held = os.fstat(self._lock_fd)
+            with contextlib.suppress(OSError):
+                now = os.stat(directory)
+                if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                    return
+            os.close(self._lock_fd)
+            self._lock_fd = None
         try:
             fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
@@ -436,6 +473,24 @@ class Host:
                 "--plugin-dir",
             ) from None
         self._lock_fd = fd
+
+    async def _keep_plugin_dir_locked(self) -> None:
+        """Lock the plugin directory again whenever it is created or replaced."""
+        changed = self.watcher.subscribe()
+        refused = False
+        try:
+            while True:
+                await changed.wait()
+                changed.clear()
+                try:
+                    self._lock_plugin_dir()
+                    refused = False
+                except PluginDirInUse as exc:
+                    if not refused:
+                        log.error("%s", exc)
+                    refused = True
+        finally:
+            self.watcher.unsubscribe(changed)
 
     async def _count_kubelet_restarts(self) -> None:
         """Count each new kubelet.sock after one was seen (a late first kubelet is no restart)."""
@@ -474,6 +529,7 @@ class Host:
 
     async def stop(self) -> None:
         """End streams, stop servers and remove sockets, and stop every worker (bounded)."""
+        self._stopping = True
         for resource in self.resources.values():
             resource.state.close()
         await asyncio.sleep(STREAM_GRACE_SECONDS)  # let open streams send their end cleanly
@@ -496,7 +552,7 @@ class Host:
                     task.get_name(),
                     STOP_TASKS_SECONDS,
                 )
-        self.watcher.close()
+        await self.watcher.close()
         if self.node_labels and self._serving:
             self.node_labels.close()
         if self.cdi:

@@ -95,6 +95,8 @@ class WorkerProcess:
         self._ready.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._tasks: list[asyncio.Task[None]] = []
         self._pong: asyncio.Event = asyncio.Event()
+        #: Why the host killed the worker, quoted with its exit (a bare SIGKILL says nothing).
+        self._killed_because = ""
 
     # -- start -----------------------------------------------------------------------------
 
@@ -211,6 +213,8 @@ class WorkerProcess:
         if transport is not None:
             transport.close()
         why = describe_exit(code)
+        if self._killed_because:
+            why = f"{why} by the host ({self._killed_because})"
         if not self.exited.done():
             self.exited.set_result(why)
         error = WorkerExited(why)
@@ -305,6 +309,7 @@ class WorkerProcess:
         if self._process is None or self.exited.done():
             return
         log.error("driver %r: killing its worker (pid %s): %s", self.driver, self.pid, why)
+        self._killed_because = why
         with contextlib.suppress(ProcessLookupError):
             self._process.send_signal(signal.SIGKILL)
         with contextlib.suppress(TimeoutError):

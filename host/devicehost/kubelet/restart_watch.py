@@ -4,38 +4,42 @@ The kubelet deletes every socket in its directory when it starts and re-creates
 ``kubelet.sock``. Events are only *hints*: each subscriber re-checks the files it cares
 about (``file_identity``), so a missed or duplicate event costs nothing and the polling
 fallback (where inotify is unavailable) behaves the same, only slower.
+
+inotify comes from the maintained ``asyncinotify`` binding. When the directory itself goes
+away — removed, renamed, or replaced by a file — its watch ends; the watcher then polls
+until a directory is back at the path and watches that one, with one inotify descriptor
+open at a time and each closed exactly once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import logging
 import os
-import struct
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from asyncinotify import Inotify
 
 log = logging.getLogger(__name__)
 
 FileIdentity = tuple[int, int, int]
 
-_IN_NONBLOCK = 0o4000
-_IN_CLOEXEC = 0o2000000
-# IN_ATTRIB | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF
-_IN_MASK = 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800
-_IN_IGNORED = 0x8000
-_EVENT_HEADER = struct.Struct("iIII")
-
 
 def file_identity(path: Path) -> FileIdentity | None:
-    """Identify a file across re-creation (inode numbers alone may be reused)."""
+    """Identify a file across re-creation (inode numbers alone may be reused); None when
+    there is none, including when a file stands where its directory should be."""
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     return (st.st_dev, st.st_ino, st.st_ctime_ns)
+
+
+class InotifyUnavailable(Exception):
+    """This kernel or libc offers no inotify: poll instead."""
 
 
 class DirectoryWatcher:
@@ -47,10 +51,13 @@ class DirectoryWatcher:
         self.directory = directory
         self.poll_interval = poll_interval
         self.safety_interval = safety_interval
+        #: "inotify", "polling" (no inotify here), or "stopped".
         self.mode = "stopped"
         self._subscribers: set[asyncio.Event] = set()
-        self._fd: int | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._inotify: Inotify | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        #: Why the directory cannot be watched now (logged once per outage), or None.
+        self._unwatched: str | None = None
 
     def subscribe(self) -> asyncio.Event:
         event = asyncio.Event()
@@ -66,79 +73,100 @@ class DirectoryWatcher:
 
     def start(self, use_inotify: bool = True) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
+        interval = self.poll_interval
+        self.mode = "polling"
         if use_inotify:
-            self._fd = _inotify_open(self.directory)
-        loop = asyncio.get_running_loop()
-        if self._fd is not None:
-            loop.add_reader(self._fd, self._on_inotify)
-            self.mode = "inotify"
-            interval = self.safety_interval
-        else:
-            self.mode = "polling"
-            interval = self.poll_interval
-        self._task = asyncio.create_task(self._tick(interval), name="plugin-dir-watch")
+            try:
+                self._inotify = self._watch()
+            except InotifyUnavailable as exc:
+                log.warning("inotify unavailable (%s); polling %s instead", exc, self.directory)
+            else:
+                self.mode, interval = "inotify", self.safety_interval
+                self._tasks.append(asyncio.create_task(self._events(), name="plugin-dir-events"))
+        self._tasks.append(asyncio.create_task(self._tick(interval), name="plugin-dir-watch"))
         log.info("watching %s for kubelet restarts (%s)", self.directory, self.mode)
 
-    def _on_inotify(self) -> None:
-        assert self._fd is not None
+    def _watch(self) -> Inotify | None:
+        """A new inotify descriptor watching the directory and, for its name, its parent;
+        None when neither can be watched (the caller polls until one can)."""
         try:
-            data = os.read(self._fd, 65536)
-        except BlockingIOError:
-            return
-        offset, rewatch = 0, False
-        while offset + _EVENT_HEADER.size <= len(data):
-            _wd, mask, _cookie, length = _EVENT_HEADER.unpack_from(data, offset)
-            rewatch |= bool(mask & _IN_IGNORED)
-            offset += _EVENT_HEADER.size + length
-        if rewatch:  # the directory itself was removed: watch the new one
-            self._reopen()
-        self._wake_all()
+            from asyncinotify import Inotify, Mask
+        except (ImportError, OSError, RuntimeError) as exc:  # no inotify in this libc
+            raise InotifyUnavailable(str(exc)) from None
+        try:
+            inotify = Inotify()
+        except OSError as exc:
+            raise InotifyUnavailable(os.strerror(exc.errno or 0)) from None
+        with contextlib.suppress(OSError):  # the kubelet's own directory: re-create it
+            self.directory.mkdir(parents=True, exist_ok=True)
+        changes = Mask.CREATE | Mask.DELETE | Mask.MOVED_FROM | Mask.MOVED_TO | Mask.ONLYDIR
+        watched = False
+        with contextlib.suppress(OSError):
+            # The directory's own DELETE_SELF never comes while a descriptor holds it open
+            # (our lock does): its parent's events for its name say it went or came back.
+            inotify.add_watch(self.directory.parent, changes)
+            watched = True
+        try:
+            inotify.add_watch(
+                self.directory, changes | Mask.ATTRIB | Mask.DELETE_SELF | Mask.MOVE_SELF
+            )
+        except OSError as exc:
+            if self._unwatched is None:
+                log.error(
+                    "cannot watch %s (%s); waiting for it to be a directory again",
+                    self.directory,
+                    exc.strerror,
+                )
+            self._unwatched = exc.strerror or "unusable"
+        else:
+            watched = True
+            if self._unwatched is not None:
+                log.info("watching %s again", self.directory)
+            self._unwatched = None
+        if not watched:
+            inotify.close()
+            return None
+        return inotify
 
-    def _reopen(self) -> None:
-        loop = asyncio.get_running_loop()
-        if self._fd is not None:
-            loop.remove_reader(self._fd)
-            os.close(self._fd)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._fd = _inotify_open(self.directory)
-        if self._fd is not None:
-            loop.add_reader(self._fd, self._on_inotify)
+    async def _events(self) -> None:
+        """Wake subscribers on every event. An event about the directory itself (removed,
+        moved, replaced, re-created) means watching it afresh; while nothing can be
+        watched, poll."""
+        try:
+            while True:
+                inotify = self._inotify
+                if inotify is None:
+                    await asyncio.sleep(self.poll_interval)
+                    self._wake_all()
+                    self._inotify = self._watch()
+                    continue
+                event = await inotify.get()
+                if event.path == self.directory:
+                    self._inotify = None
+                    inotify.close()
+                    self._inotify = self._watch()
+                elif event.watch is not None and event.watch.path != self.directory:
+                    continue  # a sibling in the parent directory: none of our business
+                self._wake_all()
+        finally:
+            self._close_inotify()
 
     async def _tick(self, interval: float) -> None:
         """Polling: the only source in fallback mode, a safety net beside inotify."""
         while True:
             await asyncio.sleep(interval)
-            if self._fd is None and self.mode == "inotify":
-                self._reopen()
             self._wake_all()
 
-    def close(self) -> None:
-        if self._task:
-            self._task.cancel()
-        if self._fd is not None:
-            with contextlib.suppress(RuntimeError):
-                asyncio.get_running_loop().remove_reader(self._fd)
-            os.close(self._fd)
-            self._fd = None
+    def _close_inotify(self) -> None:
+        inotify, self._inotify = self._inotify, None
+        if inotify is not None:
+            inotify.close()  # closes its descriptor once, however often it is called
+
+    async def close(self) -> None:
+        """Stop watching: the event task lets go of the descriptor before it is closed."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._close_inotify()
         self.mode = "stopped"
-
-
-def _inotify_open(directory: Path) -> int | None:
-    """An inotify descriptor watching ``directory``, or None where inotify is unavailable."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name, use_errno=True)
-        fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
-    except (OSError, AttributeError):
-        fd = -1
-    if fd < 0:
-        log.warning("inotify unavailable; polling %s instead", directory)
-        return None
-    if libc.inotify_add_watch(fd, os.fsencode(directory), _IN_MASK) < 0:
-        err = ctypes.get_errno()
-        os.close(fd)
-        log.warning(
-            "cannot watch %s with inotify (%s); polling instead", directory, os.strerror(err)
-        )
-        return None
-    return int(fd)

@@ -92,8 +92,9 @@ class ResourceRunner:
         self.serving = asyncio.Event()
 
     def _remove_socket(self) -> None:
-        """Remove whatever is at our path without following it (stale socket, planted link)."""
-        with contextlib.suppress(FileNotFoundError):
+        """Remove whatever is at our path without following it (stale socket, planted link);
+        nothing to do when the directory itself is gone or a file."""
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             os.unlink(self.socket_path)
 
     async def _serve(self) -> grpc.aio.Server:

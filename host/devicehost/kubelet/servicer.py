@@ -193,6 +193,20 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                     f"device {shorten_id(device_id)} of {where} is Unhealthy",
                 )
 
+    def check_not_shared(self, containers: Sequence[Sequence[str]]) -> None:
+        """Refuse a device named in two containers of one request: each container gets its
+        devices for itself, so one device cannot go to two of them."""
+        owner: dict[str, int] = {}
+        for index, ids in enumerate(containers):
+            for device_id in dict.fromkeys(ids):
+                first = owner.setdefault(device_id, index)
+                if first != index:
+                    raise Refusal(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"resource {self.resource!r}: device {shorten_id(device_id)} is named "
+                        f"in containers {first} and {index} of one Allocate",
+                    )
+
     async def call_driver(
         self, hook: str, span_attributes: dict[str, Any] | None = None, **kwargs: Any
     ) -> Any:
@@ -270,7 +284,23 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 f"{where}: must-include devices {shorten(must)} are not all available, or "
                 f"more than the {size} requested",
             )
-        self.check_known(available, healthy=False)
+        known = self.state.devices
+        unknown = [d for d in available if d not in known]
+        if unknown:
+            # The kubelet's list can be older than our snapshot. A failed preference fails
+            # the pod's admission (kubelet devicemanager, devicesToAllocate), while any
+            # answer is only intersected with what it may grant: drop the unknown IDs, and
+            # answer no preference when too few are left.
+            log.warning(
+                "%s: GetPreferredAllocation names %s, unknown to the current device list; "
+                "choosing without them",
+                where,
+                shorten(unknown),
+            )
+            available = [d for d in available if d in known]
+            must = [d for d in must if d in known]
+            if size > len(available):
+                return []
         if self.driver.implements("devicehost_preferred_allocation"):
             chosen = await self._driver_choice(available, must, size)
             if chosen is not None:
@@ -371,6 +401,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         async def answer(span: Span) -> pb.AllocateResponse:
             span.set_attribute(tracing.CONTAINER_COUNT, len(containers))
             span.set_attribute(tracing.REQUESTED, [i for ids in containers for i in ids])
+            self.check_not_shared(containers)
             responses = [
                 await self.allocate_one(ids, index) for index, ids in enumerate(containers)
             ]

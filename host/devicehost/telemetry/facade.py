@@ -123,4 +123,5 @@ class Telemetry:
             task.cancel()
         await asyncio.gather(*self._pending, return_exceptions=True)
         await self.resolver.close()
-        self.tracing.shutdown()
+        # In a thread: the bounded flush runs beside the workers' stop, not after it.
+        await asyncio.to_thread(self.tracing.shutdown)

@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # the SDK is imported only when tracing is on: start-up stays
 log = logging.getLogger(__name__)
 
 INSTRUMENTATION = "devicehost"
-FLUSH_SECONDS = 2.0
+FLUSH_SECONDS = 1.0
 
 # Attribute names (documented in docs/observability.md).
 RESOURCE = "devicehost.resource"

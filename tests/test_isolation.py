@@ -1,0 +1,323 @@
+"""The isolation suite (issue 11, "Must show"): drivers that segfault, ``os._exit``, raise
+``SystemExit``, hang at import, hand back generators that block or raise, forge their own
+checks or answer nonsense from ``resources`` — each one beside a good driver in one host.
+
+In every case, over real sockets against the kubelet stand-in, the good driver's resource
+registers, streams a health flip and allocates; the bad driver is reported with its cause
+(its status and reason, and a log line naming it); and ``devicehost run`` with all of them
+installed exits 0 on SIGTERM within 2 s.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from devicehost.drivers.discovery import DriverStatus
+from devicehost.testing import HostThread, KubeletStandIn, write_distribution
+from support import SCRIPTED, ScriptedControl, eventually
+from support import scripted as scripted_control
+from testdrivers.wrecking import ESCAPING_RESOURCE, UNCHECKED_IDS
+
+GOOD = "test.example/good"
+BAD = "test.example/bad"
+DOWN = (DriverStatus.RESTARTING, DriverStatus.CRASH_LOOPING)
+#: Short enough that a hung driver is noticed within a test, long enough for a loaded CI
+#: machine to start a few worker interpreters at once.
+TIMEOUTS = {"hook_timeout": 0.5, "driverStartTimeoutSeconds": 3.0}
+
+
+def good_driver_serves(host: HostThread, kubelet: KubeletStandIn) -> None:
+    """The good driver's resource is registered, streams a health flip both ways and
+    allocates."""
+    kubelet.wait_registered(GOOD)
+    kubelet.wait_devices(GOOD, lambda d: set(d) == {"g-0", "g-1"})
+    good = scripted_control(host, GOOD)
+    good.set_health(GOOD, "g-0", False)
+    kubelet.wait_health(GOOD, "g-0", "Unhealthy")
+    good.set_health(GOOD, "g-0", True)
+    kubelet.wait_health(GOOD, "g-0", "Healthy")
+    response = kubelet.allocate(GOOD, [["g-1"]])
+    assert response[0].envs == {"SCRIPTED_DEVICES": "g-1"}
+
+
+def beside_good(install, run_host, target: str, **overrides) -> HostThread:
+    """A host serving the good scripted driver and the driver ``bad`` (``target``)."""
+    install("devicehost-good", drivers={"good": SCRIPTED})
+    install("devicehost-bad", drivers={"bad": target})
+    return run_host(
+        enabled_drivers=("good", "bad"),
+        drivers={
+            "good": {"resources": {GOOD: 2}, "prefix": "g"},
+            "bad": {"resources": {BAD: 2}, "prefix": "b"},
+        },
+        **{**TIMEOUTS, **overrides},
+    )
+
+
+def logged(caplog: pytest.LogCaptureFixture, *needles: str) -> bool:
+    """True when one log line holds every needle."""
+    return any(all(n in r.getMessage() for n in needles) for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("target", "cause"),
+    [
+        pytest.param("testdrivers.wrecking:ExitInEnumerate", "exited with code 3", id="os._exit"),
+        pytest.param(
+            "testdrivers.wrecking:SystemExitInConfigure",
+            "hook devicehost_configure: SystemExit: configure gives up",
+            id="SystemExit-in-configure",
+        ),
+        pytest.param(
+            "testdrivers.hanging_import:Driver",
+            "did not finish importing within 3 s",
+            id="hangs-at-import",
+        ),
+        pytest.param(
+            "testdrivers.wrecking:BareSpec",
+            "returned dict, expected a list of ResourceSpec",
+            id="bare-ResourceSpec",
+        ),
+        pytest.param(
+            "testdrivers.wrecking:IntResources",
+            "returned int, expected a list of ResourceSpec",
+            id="int-from-resources",
+        ),
+    ],
+)
+def test_a_driver_that_never_comes_up_is_reported_and_the_good_one_serves(
+    install, run_host, kubelet, caplog, target, cause
+):
+    """The bad driver is down (restarting or crash-looping) with its cause in its reason and
+    in a log line naming it; the good driver registers, streams and allocates meanwhile."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(install, run_host, target)
+    good_driver_serves(host, kubelet)
+    info = next(i for i in host.host.plugins.infos if i.name == "bad")
+    eventually(lambda: info.status in DOWN and cause in info.reason, timeout=15)
+    assert logged(caplog, "driver 'bad'", cause)
+    if BAD in kubelet.registered():  # served before the failure: nothing to grant
+        assert "Healthy" not in kubelet.health(BAD).values()
+    good_driver_serves(host, kubelet)  # still, after the bad driver's restarts
+
+
+@pytest.mark.parametrize(
+    ("target", "cause"),
+    [
+        pytest.param(
+            "testdrivers.wrecking:BlockingGenerator",
+            "hook devicehost_enumerate: did not return within 0.5 s",
+            id="blocking-generator",
+        ),
+        pytest.param(
+            "testdrivers.wrecking:RaisingGenerator",
+            "hook devicehost_enumerate: RuntimeError: generator failed midway",
+            id="raising-generator",
+        ),
+    ],
+)
+def test_a_generator_from_enumerate_that_blocks_or_raises_fails_only_that_driver(
+    install, run_host, kubelet, caplog, target, cause
+):
+    """A generator is consumed in the driver's worker, never on the host's loop: one that
+    blocks or raises midway is a failed enumeration of that driver alone — logged with its
+    cause, counted in devicehost_driver_errors_total, and none of its devices granted —
+    while the good driver registers, streams and allocates."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(install, run_host, target)
+    eventually(lambda: logged(caplog, "driver 'bad'", cause), timeout=15)
+    good_driver_serves(host, kubelet)
+    metrics = host.host.telemetry.metrics
+    errors = host.call(
+        lambda: metrics.driver_errors.value(driver="bad", hook="devicehost_enumerate")
+    )
+    assert errors > 0
+    assert "Healthy" not in kubelet.health(BAD).values()
+    errors_logged = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not [m for m in errors_logged if "driver 'good'" in m]
+
+
+def test_a_segfault_in_allocate_restarts_only_that_driver(install, run_host, kubelet, caplog):
+    """A null read in a vendor library during Allocate kills the driver's worker with
+    SIGSEGV: that Allocate is refused, the crash is logged naming the driver and the signal,
+    the worker is started again, and the good driver never notices."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(install, run_host, "testdrivers.wrecking:SegfaultInAllocate")
+    kubelet.wait_devices(BAD, lambda d: len(d) == 2)
+    handle = host.host.drivers["bad"]
+    first_pid = handle.process.pid
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.allocate(BAD, [["b-0"]])
+    assert refused.value.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE)
+    eventually(lambda: logged(caplog, "driver 'bad' is down", "killed by SIGSEGV"))
+    good_driver_serves(host, kubelet)
+    eventually(lambda: handle.info.restarts >= 1 and handle.up, timeout=15)
+    assert handle.process.pid != first_pid
+    kubelet.wait_devices(BAD, lambda d: {x.health for x in d.values()} == {"Healthy"})
+
+
+def test_devices_and_resources_that_switch_off_their_checks_are_refused(
+    install, run_host, kubelet, caplog, plugin_dir
+):
+    """Subclasses of Device and ResourceSpec that override their own checks gain nothing:
+    the host rebuilds them into its own types, drops each bad ID and refuses the resource
+    whose socket would leave the plugin directory, naming the driver; the driver's valid
+    device and resource are served."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(install, run_host, "testdrivers.wrecking:OverridingChecks")
+    assert set(kubelet.wait_devices(BAD, lambda d: len(d) == 2)) == {"b-0", "b-1"}
+    good_driver_serves(host, kubelet)
+    dropped = [
+        r.getMessage()
+        for r in caplog.records
+        if "driver 'bad'" in r.getMessage() and "device dropped" in r.getMessage()
+    ]
+    for device_id in UNCHECKED_IDS:
+        assert any(repr(device_id)[:40] in m for m in dropped), device_id
+    assert logged(caplog, "driver 'bad'", repr(ESCAPING_RESOURCE), "resource refused")
+    assert ESCAPING_RESOURCE not in host.host.resources
+    assert set(kubelet.registered()) == {GOOD, BAD}
+    for directory in (plugin_dir, plugin_dir.parent, plugin_dir.parent.parent):
+        assert not (directory / "escaped.sock").exists()
+    assert {p.name for p in plugin_dir.iterdir()} == {
+        "kubelet.sock",
+        "devicehost-test.example_good.sock",
+        "devicehost-test.example_bad.sock",
+    }
+
+
+# -- the real process, every bad driver at once ----------------------------------------------
+
+BAD_DRIVERS = {
+    "segv": "testdrivers.wrecking:SegfaultInAllocate",
+    "exit": "testdrivers.wrecking:ExitInEnumerate",
+    "sysexit": "testdrivers.wrecking:SystemExitInConfigure",
+    "importhang": "testdrivers.hanging_import:Driver",
+    "blockgen": "testdrivers.wrecking:BlockingGenerator",
+    "raisegen": "testdrivers.wrecking:RaisingGenerator",
+    "forged": "testdrivers.wrecking:OverridingChecks",
+    "bare": "testdrivers.wrecking:BareSpec",
+    "int": "testdrivers.wrecking:IntResources",
+}
+
+
+CAUSES = {
+    "segv": "killed by SIGSEGV",
+    "exit": "exited with code 3",
+    "sysexit": "SystemExit: configure gives up",
+    "importhang": "did not finish importing within 5 s",
+    "blockgen": "did not return within 0.5 s",
+    "raisegen": "RuntimeError: generator failed midway",
+    "forged": "resource refused",
+    "bare": "returned dict, expected a list of ResourceSpec",
+    "int": "returned int, expected a list of ResourceSpec",
+}
+
+
+def every_bad_driver(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A site with the good driver and every bad one installed; their config file and the
+    environment that finds them."""
+    site = tmp_path / "site"
+    write_distribution(site, "devicehost-good", {"devicehost.drivers": {"good": SCRIPTED}})
+    for name, target in BAD_DRIVERS.items():
+        write_distribution(site, f"devicehost-{name}", {"devicehost.drivers": {name: target}})
+    sections = "".join(
+        f"  {name}:\n    resources: {{'test.example/{name}': 2}}\n    prefix: {name}\n"
+        for name in BAD_DRIVERS
+    )
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "apiVersion: devicehost/v1\nkind: HostConfig\nhookTimeoutSeconds: 0.5\n"
+        "driverStartTimeoutSeconds: 5.0\n"
+        f"drivers:\n  good:\n    resources: {{'{GOOD}': 2}}\n    prefix: g\n{sections}"
+    )
+    tests = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(tests)])}
+    env.pop("DEVICEHOST_CONFIG", None)
+    return config, env
+
+
+def test_devicehost_drivers_lists_every_bad_driver_with_its_state(tmp_path):
+    """`devicehost drivers --json`, the operator's diagnosis, still works with every bad
+    driver installed: the good one is active with its resource, and each bad one that
+    cannot start is shown down with its cause."""
+    config, env = every_bad_driver(tmp_path)
+    names = ",".join(["good", *BAD_DRIVERS])
+    command = [sys.executable, "-m", "devicehost.cli", "drivers", "--json", "--simulate"]
+    command += ["--config", str(config), "--drivers", names]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    shown = {d["name"]: d for d in json.loads(result.stdout)}
+    assert shown["good"]["status"] == "active"
+    assert shown["good"]["resources"] == [GOOD]
+    for name in ("exit", "sysexit", "importhang", "bare", "int"):
+        assert shown[name]["status"] in ("restarting", "crash-looping"), shown[name]
+        assert CAUSES[name] in shown[name]["reason"], shown[name]
+
+
+def test_devicehost_run_with_every_bad_driver_serves_the_good_one_and_stops_on_sigterm(
+    tmp_path, plugin_dir, kubelet
+):
+    """`devicehost run --simulate` with all the bad drivers installed beside the good one:
+    the good resource registers, streams a health flip and allocates while the others crash,
+    hang and restart; the log names each bad driver with its cause; SIGTERM ends the
+    process with status 0 within 2 s, leaving no socket and no simulated tree behind."""
+    config, env = every_bad_driver(tmp_path)
+    command = [
+        *(sys.executable, "-m", "devicehost.cli", "run", "--simulate"),
+        *("--config", str(config), "--plugin-dir", str(plugin_dir)),
+        *("--metrics-address", "", "--pod-resources-socket", ""),
+        *("--drivers", ",".join(["good", *BAD_DRIVERS])),
+    ]
+    log = tmp_path / "devicehost.log"
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(command, env=env, stderr=stderr)
+    try:
+        kubelet.wait_registered(GOOD, timeout=30)
+        kubelet.wait_devices(GOOD, lambda d: set(d) == {"g-0", "g-1"})
+        found = re.search(r"simulating hardware \(.*\) under (\S+)", log.read_text())
+        assert found, log.read_text()
+        sim_root = Path(found.group(1))
+        good = ScriptedControl(sim_root / "good", "good")
+        good.set_health(GOOD, "g-0", False)
+        kubelet.wait_health(GOOD, "g-0", "Unhealthy")
+        kubelet.wait_devices("test.example/segv", lambda d: len(d) == 2)
+        with pytest.raises(grpc.RpcError):
+            kubelet.allocate("test.example/segv", [["segv-0"]])
+        good.set_health(GOOD, "g-0", True)
+        kubelet.wait_health(GOOD, "g-0", "Healthy")
+        assert kubelet.allocate(GOOD, [["g-1"]])[0].envs == {"SCRIPTED_DEVICES": "g-1"}
+
+        def every_cause_logged() -> bool:
+            lines = log.read_text().splitlines()
+            return all(
+                any(f"driver '{name}'" in line and cause in line for line in lines)
+                for name, cause in CAUSES.items()
+            )
+
+        eventually(every_cause_logged, timeout=20)
+        assert process.poll() is None
+        sent = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=2.0) == 0
+        print(f"\nSIGTERM to exit: {time.monotonic() - sent:.2f} s")
+        assert sorted(p.name for p in plugin_dir.iterdir()) == ["kubelet.sock"]
+        assert not sim_root.exists()
+    except BaseException:
+        print(log.read_text())  # what the host said, shown with the failure
+        raise
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
