@@ -495,6 +495,35 @@ def test_every_declared_path_is_mounted(name: str) -> None:
     assert not missing, f"needed but not mounted: {missing}"
 
 
+#: What docs/operating.md says the pod cannot reach ("And what it cannot reach"): the
+#: container runtimes' sockets, other pods' volumes (tokens, secrets), the cluster's keys,
+#: kernel tunables and host credentials.
+UNREACHABLE = (
+    "/run/containerd/containerd.sock",
+    "/var/run/containerd/containerd.sock",
+    "/run/crio/crio.sock",
+    "/var/run/crio/crio.sock",
+    "/var/run/docker.sock",
+    "/var/lib/kubelet/pods",
+    "/var/lib/kubelet/kubeconfig",
+    "/etc/kubernetes/pki",
+    "/etc/kubernetes/admin.conf",
+    "/proc/sys",
+    "/sys/kernel",
+    "/etc/shadow",
+    "/root",
+)
+
+
+@every_kustomization
+def test_the_documented_unreachable_paths_stay_unreachable(name: str) -> None:
+    """No hostPath mount is, or contains, a path the Security section says the pod cannot
+    reach (every combination of components)."""
+    for host_path, target, _ in host_mounts(name):
+        for secret in UNREACHABLE:
+            assert not PurePosixPath(secret).is_relative_to(host_path), (host_path, target)
+
+
 @every_kustomization
 def test_the_host_root_is_never_mounted(name: str) -> None:
     """No pod mounts the host's /: only declared subtrees are visible."""
