@@ -4,10 +4,12 @@ Every kustomization (the base, each overlay, and the base with each combination 
 components, see ``COMBINATIONS``) is rendered once with ``kubectl kustomize`` and every
 rendered object is checked against the Kubernetes OpenAPI schemas (``kubernetes-validate``,
 strict, 1.31 and the newest it knows). The hostPath mounts are checked against what the
-installed drivers declare (``devicehost_host_paths``) plus the host's own, the scheduling
-against the hardware labels and taints, and docs/operating.md's reach table against the
-rendered components. The DaemonSet's security posture is asserted field by
-field, both Dockerfiles are linted with hadolint at the threshold in
+installed drivers declare (``devicehost_host_paths``) plus the host's own under the
+HostConfig the pod reads (so CDI and node labels count only where their components turn
+them on), the scheduling against the hardware labels and taints (and, where an overlay
+has two DaemonSets, that they never share a node), and docs/operating.md's reach table
+(host paths, devices and privileges) against the rendered components. The DaemonSet's
+security posture is asserted field by field (MIG's one capability included), both Dockerfiles are linted with hadolint at the threshold in
 ``deploy/.hadolint.yaml``, and the HostConfig in each rendered ConfigMap is run through
 ``devicehost config``, which also has every driver validate its own section, with the
 DaemonSet's env, as the pod would read it.
