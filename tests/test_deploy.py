@@ -9,10 +9,11 @@ HostConfig the pod reads (so CDI and node labels count only where their componen
 them on), the scheduling against the hardware labels and taints (and, where an overlay
 has two DaemonSets, that they never share a node), and docs/operating.md's reach table
 (host paths, devices and privileges) against the rendered components. The DaemonSet's
-security posture is asserted field by field (MIG's one capability included), both Dockerfiles are linted with hadolint at the threshold in
-``deploy/.hadolint.yaml``, and the HostConfig in each rendered ConfigMap is run through
-``devicehost config``, which also has every driver validate its own section, with the
-DaemonSet's env, as the pod would read it.
+security posture is asserted field by field (MIG's one capability included), both
+Dockerfiles are linted with hadolint at the threshold in ``deploy/.hadolint.yaml``, and
+the HostConfig in each rendered ConfigMap is run through ``devicehost config``, which also
+has every driver validate its own section, with the DaemonSet's env, as the pod would
+read it. The Install and Uninstall text is checked for the steps it must give.
 Tests skip, saying why, only where ``kubectl`` or ``hadolint`` cannot be found.
 """
 
@@ -37,6 +38,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from devicehost.cdi import spec_file_name
 from devicehost.config import HostConfig, load_config
 from devicehost.drivers.discovery import load_plugins
 from devicehost.mounts import (
@@ -978,6 +980,36 @@ def test_operating_security_table_matches_the_manifests() -> None:
         name = f"base+{component}"
         assert paths == _reach(name) - _reach("base"), component
         assert grants == _grants(name) - _grants("base"), component
+
+
+def _section(title: str) -> str:
+    text = (ROOT / "docs" / "operating.md").read_text()
+    match = re.search(rf"(?ms)^## {title}\n(.*?)(?=^## )", text)
+    assert match, f"docs/operating.md has no {title} section"
+    return match.group(1)
+
+
+def test_install_says_to_turn_off_each_vendors_own_plugin_first() -> None:
+    """Install's first step disables the GPU Operator's device plugin and removes Huawei's
+    and the RDMA plugins, before anything is applied."""
+    install = _section("Install")
+    first = install.index("Turn off the vendor's own device plugin")
+    assert first < install.index("kubectl apply -k deploy/overlays/")
+    for plugin in ("devicePlugin.enabled=false", "ascend-device-plugin", "rdma-shared-dp-ds"):
+        assert plugin in install[first:], plugin
+
+
+def test_uninstall_removes_what_the_host_wrote_and_says_what_node_status_shows() -> None:
+    """Uninstall deletes the DaemonSet, names the CDI spec files the host writes (by the
+    name the host gives them) and the feature file the node-labels component points at,
+    and says what the node's capacity and allocatable show afterwards."""
+    uninstall = _section("Uninstall")
+    assert "kubectl delete -k deploy/overlays/" in uninstall
+    spec_glob = spec_file_name("nvidia.com/gpu").replace("nvidia.com_gpu", "*")
+    assert f"{literal_env('base+cdi')['DEVICEHOST_CDI_DIR']}/{spec_glob}" in uninstall
+    assert literal_env("base+node-labels")["DEVICEHOST_FEATURE_FILE"] in uninstall
+    for status in ("status.capacity", "status.allocatable"):
+        assert status in uninstall, status
 
 
 # -- images -------------------------------------------------------------------------------------
