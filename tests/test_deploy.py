@@ -4,13 +4,16 @@ Every kustomization (the base, each overlay, and the base with each combination 
 components, see ``COMBINATIONS``) is rendered once with ``kubectl kustomize`` and every
 rendered object is checked against the Kubernetes OpenAPI schemas (``kubernetes-validate``,
 strict, 1.31 and the newest it knows). The hostPath mounts are checked against what the
-installed drivers declare (``devicehost_host_paths``) plus the host's own, the scheduling
-against the hardware labels and taints, and docs/operating.md's reach table against the
-rendered components. The DaemonSet's security posture is asserted field by
-field, both Dockerfiles are linted with hadolint at the threshold in
-``deploy/.hadolint.yaml``, and the HostConfig in each rendered ConfigMap is run through
-``devicehost config``, which also has every driver validate its own section, with the
-DaemonSet's env, as the pod would read it.
+installed drivers declare (``devicehost_host_paths``) plus the host's own under the
+HostConfig the pod reads (so CDI and node labels count only where their components turn
+them on), the scheduling against the hardware labels and taints (and, where an overlay
+has two DaemonSets, that they never share a node), and docs/operating.md's reach table
+(host paths, devices and privileges) against the rendered components. The DaemonSet's
+security posture is asserted field by field (MIG's one capability included), both
+Dockerfiles are linted with hadolint at the threshold in ``deploy/.hadolint.yaml``, and
+the HostConfig in each rendered ConfigMap is run through ``devicehost config``, which also
+has every driver validate its own section, with the DaemonSet's env, as the pod would
+read it. The Install and Uninstall text is checked for the steps it must give.
 Tests skip, saying why, only where ``kubectl`` or ``hadolint`` cannot be found.
 """
 
@@ -24,6 +27,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
@@ -34,11 +38,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from devicehost import HostPath
+from devicehost.cdi import spec_file_name
 from devicehost.config import HostConfig, load_config
 from devicehost.drivers.discovery import load_plugins
 from devicehost.mounts import (
-    HOST,
     Declared,
     PlannedMount,
     declared_by_drivers,
@@ -54,12 +57,13 @@ OVERLAYS = {
     p.parent.name: p.parent for p in sorted((DEPLOY / "overlays").glob("*/kustomization.yaml"))
 }
 #: The overlays docs/operating.md tells operators to apply.
-DOCUMENTED_OVERLAYS = {"jaeger", "cdi", "nvidia", "ascend", "rdma", "fleet"}
+DOCUMENTED_OVERLAYS = {"jaeger", "cdi", "nvidia", "ascend", "rdma", "fleet", "fleet-ascend-dcmi"}
 
 #: Components that mount host paths or change privilege: every combination is rendered.
-#: Ascend comes unprivileged (ascend) or with DCMI (ascend-dcmi, which includes ascend).
+#: Ascend comes unprivileged (ascend) or with DCMI (ascend-dcmi, which includes ascend);
+#: NVIDIA without MIG (nvidia) or with it (nvidia-mig, which includes nvidia).
 PATH_CHOICES: tuple[tuple[str, ...], ...] = (
-    ("", "nvidia"),
+    ("", "nvidia", "nvidia-mig"),
     ("", "rdma"),
     ("", "ascend", "ascend-dcmi"),
     ("", "cdi"),
@@ -91,8 +95,19 @@ COMBINATIONS = _combinations()
 
 
 def _components_of(path: Path) -> tuple[str, ...]:
+    """The components the DaemonSet named devicehost gets: the kustomization's own and
+    those of the kustomizations it builds on, except one that renames what it renders
+    (a second DaemonSet, as in overlays/fleet-ascend-dcmi)."""
     doc = yaml.safe_load((path / "kustomization.yaml").read_text())
-    return tuple(PurePosixPath(c).name for c in doc.get("components", ()))
+    found = tuple(PurePosixPath(c).name for c in doc.get("components", ()))
+    for resource in doc.get("resources", ()):
+        inner = (path / resource).resolve()
+        if inner == DEPLOY / "base" or not (inner / "kustomization.yaml").exists():
+            continue
+        inner_doc = yaml.safe_load((inner / "kustomization.yaml").read_text())
+        if not ({"namePrefix", "nameSuffix"} & set(inner_doc)):
+            found += _components_of(inner)
+    return found
 
 
 #: Every kustomization, by short name, with the components it uses.
@@ -111,31 +126,6 @@ CUSTOM_KINDS = {"PodMonitor"}
 
 #: Component → the driver whose host paths it mounts.
 DRIVER_COMPONENTS = {"nvidia": "nvidia", "rdma": "rdma", "ascend": "ascend"}
-
-#: What each bundled driver reads today, for drivers that do not yet declare it through
-#: devicehost_host_paths (the driver's own declaration replaces its entry as soon as it
-#: has one). Read from the drivers' code: nvidia (NUMA from /sys/bus/pci/devices, which
-#: links into /sys/devices; /dev/nvidia* existence; /proc/driver/nvidia/capabilities),
-#: rdma (/sys/class/infiniband*, /sys/class/misc/rdma_cm, /sys/devices,
-#: /sys/module/ib_core; /dev/infiniband), ascend (/dev/davinci*; libdcmi.so and the
-#: driver's lib64 under /usr/local/Ascend/driver and /usr/local/dcmi; npu-smi).
-PENDING: dict[str, list[HostPath]] = {
-    "nvidia": [
-        HostPath(path="/sys", purpose="NUMA node of each GPU"),
-        HostPath(path="/dev", purpose="which /dev/nvidia* nodes exist"),
-        HostPath(path="/proc/driver/nvidia", purpose="MIG capability minors"),
-    ],
-    "rdma": [
-        HostPath(path="/sys", purpose="RDMA devices, ports, PCI functions"),
-        HostPath(path="/dev/infiniband", purpose="uverbs/umad/issm/rdma_cm nodes"),
-    ],
-    "ascend": [
-        HostPath(path="/dev", purpose="which /dev/davinci* nodes exist"),
-        HostPath(path="/usr/local/Ascend/driver", purpose="DCMI", at_real_path=True),
-        HostPath(path="/usr/local/dcmi", purpose="DCMI", at_real_path=True),
-        HostPath(path="/usr/local/bin/npu-smi", purpose="mounted into containers"),
-    ],
-}
 
 #: Taints the pod may tolerate: the accelerator vendors' own, and CriticalAddonsOnly.
 VENDOR_TAINTS = {
@@ -192,8 +182,6 @@ def _kustomization_dir(name: str, scratch: Path) -> Path:
 
 @functools.cache
 def _render_all(kubectl: str) -> dict[str, list[dict[str, Any]]]:
-    import tempfile
-
     scratch = Path(tempfile.mkdtemp(prefix="kustomize-"))
 
     def render(name: str) -> list[dict[str, Any]]:
@@ -291,10 +279,13 @@ every_applied = pytest.mark.parametrize("name", APPLIED)
 
 
 def uses(name: str, component: str) -> bool:
-    """Whether the kustomization uses ``component`` (ascend-dcmi brings ascend along)."""
+    """Whether the kustomization uses ``component`` (ascend-dcmi brings ascend along, and
+    nvidia-mig nvidia)."""
     used = set(KUSTOMIZATIONS[name])
     if "ascend-dcmi" in used:
         used.add("ascend")
+    if "nvidia-mig" in used:
+        used.add("nvidia")
     if "jaeger" in used:
         used.add("otel")
     return component in used
@@ -369,7 +360,8 @@ def test_only_the_ascend_dcmi_component_makes_the_pod_privileged(name: str) -> N
 
 @every_kustomization
 def test_unprivileged_daemonset_drops_every_capability(name: str) -> None:
-    """Without ascend-dcmi: no privilege escalation, capabilities drop ALL and add none."""
+    """Without ascend-dcmi: no privilege escalation, capabilities drop ALL and add none but
+    SYS_ADMIN on the devicehost container where components/nvidia-mig asks for it."""
     if uses(name, "ascend-dcmi"):
         pytest.skip("privileged by design: docs/operating.md, Security")
     pod = daemonset(name)["spec"]["template"]["spec"]
@@ -377,7 +369,41 @@ def test_unprivileged_daemonset_drops_every_capability(name: str) -> None:
         context = c.get("securityContext", {})
         assert context.get("allowPrivilegeEscalation") is False, c["name"]
         assert context.get("capabilities", {}).get("drop") == ["ALL"], c["name"]
-        assert not context.get("capabilities", {}).get("add"), c["name"]
+        mig = c["name"] == "devicehost" and uses(name, "nvidia-mig")
+        assert context.get("capabilities", {}).get("add", []) == (["SYS_ADMIN"] if mig else []), c[
+            "name"
+        ]
+
+
+@every_kustomization
+def test_mig_monitoring_comes_with_its_capability_only_in_the_mig_component(name: str) -> None:
+    """NVIDIA_MIG_MONITOR_DEVICES=all and CAP_SYS_ADMIN appear together, on the devicehost
+    container, exactly when components/nvidia-mig is used: the NVIDIA runtime refuses the
+    mig-monitor device to a container without the capability."""
+    mig = uses(name, "nvidia-mig")
+    env = literal_env(name)
+    assert (env.get("NVIDIA_MIG_MONITOR_DEVICES") == "all") == mig
+    added = container(name)["securityContext"].get("capabilities", {}).get("add", [])
+    assert ("SYS_ADMIN" in added) == mig
+
+
+def _mig_strategies(config: dict[str, Any]) -> set[str]:
+    """Every migStrategy the NVIDIA driver can get from a HostConfig: its section's and
+    each profile's (the driver's default is none)."""
+    sections = [config.get("drivers", {})] + [
+        p.get("drivers", {}) for p in config.get("profiles", [])
+    ]
+    return {s.get("nvidia", {}).get("migStrategy", "none") for s in sections if "nvidia" in s} | {
+        config.get("drivers", {}).get("nvidia", {}).get("migStrategy", "none")
+    }
+
+
+@every_applied
+def test_mig_is_configured_only_where_the_mig_component_is_used(name: str) -> None:
+    """A HostConfig that turns MIG on for any node (section or profile) comes with
+    components/nvidia-mig; without MIG the capability is not asked for."""
+    config = yaml.safe_load(host_config(name))
+    assert (_mig_strategies(config) != {"none"}) == uses(name, "nvidia-mig"), name
 
 
 @every_kustomization
@@ -408,18 +434,23 @@ def _driver_declarations() -> dict[str, tuple[Declared, ...]]:
     return declared
 
 
+def pod_config(name: str) -> HostConfig:
+    """The HostConfig the pod reads: the rendered ConfigMap with the DaemonSet's literal env
+    (components switch host features such as CDI and node labels on through env)."""
+    env = {k: v for k, v in literal_env(name).items() if k.startswith("DEVICEHOST_")}
+    env.pop("DEVICEHOST_CONFIG", None)
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "config.yaml"
+        path.write_text(host_config(name))
+        return load_config(path, env=env)
+
+
 def expected_paths(name: str) -> list[Declared]:
-    """What the pod of ``name`` needs: the host's own paths and its drivers' declarations."""
-    config = HostConfig(
-        feature_file=Path("/etc/kubernetes/node-feature-discovery/features.d/devicehost")
-        if uses(name, "node-labels")
-        else None
-    )
-    own = host_own_paths(config)
-    if uses(name, "cdi"):
-        own.append(Declared(HOST, "/var/run/cdi", "CDI specs", writable=True))
+    """What the pod of ``name`` needs: the host's own paths under the HostConfig it reads,
+    and its drivers' declarations."""
     drivers = [d for c, d in DRIVER_COMPONENTS.items() if uses(name, c)]
     declarations = _driver_declarations()
+    own = host_own_paths(pod_config(name))
     return own + [item for d in drivers for item in declarations.get(d, ())]
 
 
@@ -468,6 +499,35 @@ def test_every_declared_path_is_mounted(name: str) -> None:
     assert not missing, f"needed but not mounted: {missing}"
 
 
+#: What docs/operating.md says the pod cannot reach ("And what it cannot reach"): the
+#: container runtimes' sockets, other pods' volumes (tokens, secrets), the cluster's keys,
+#: kernel tunables and host credentials.
+UNREACHABLE = (
+    "/run/containerd/containerd.sock",
+    "/var/run/containerd/containerd.sock",
+    "/run/crio/crio.sock",
+    "/var/run/crio/crio.sock",
+    "/var/run/docker.sock",
+    "/var/lib/kubelet/pods",
+    "/var/lib/kubelet/kubeconfig",
+    "/etc/kubernetes/pki",
+    "/etc/kubernetes/admin.conf",
+    "/proc/sys",
+    "/sys/kernel",
+    "/etc/shadow",
+    "/root",
+)
+
+
+@every_kustomization
+def test_the_documented_unreachable_paths_stay_unreachable(name: str) -> None:
+    """No hostPath mount is, or contains, a path the Security section says the pod cannot
+    reach (every combination of components)."""
+    for host_path, target, _ in host_mounts(name):
+        for secret in UNREACHABLE:
+            assert not PurePosixPath(secret).is_relative_to(host_path), (host_path, target)
+
+
 @every_kustomization
 def test_the_host_root_is_never_mounted(name: str) -> None:
     """No pod mounts the host's /: only declared subtrees are visible."""
@@ -511,6 +571,73 @@ def test_daemonset_tolerates_only_vendor_taints(name: str) -> None:
     allowed = VENDOR_TAINTS | ({CONTROL_PLANE} if uses(name, "control-plane") else set())
     assert all(t.get("key") in allowed for t in tolerations), tolerations
     assert {t["key"] for t in tolerations} >= VENDOR_TAINTS
+
+
+def _cannot_both_hold(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether no node's labels satisfy both node-selector requirements ``a`` and ``b``."""
+    if a["key"] != b["key"]:
+        return False
+    present = {"In", "Exists"}
+    for x, y in ((a, b), (b, a)):
+        if x["operator"] in present and y["operator"] == "DoesNotExist":
+            return True
+        if x["operator"] == "In" and y["operator"] == "NotIn":
+            return set(x["values"]) <= set(y["values"])
+    if a["operator"] == "In" and b["operator"] == "In":
+        return not set(a["values"]) & set(b["values"])
+    return False
+
+
+def _terms_exclude(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two nodeSelectorTerms can never match one node."""
+    return any(
+        _cannot_both_hold(x, y) for x in a["matchExpressions"] for y in b["matchExpressions"]
+    )
+
+
+def _node_terms(ds: dict[str, Any]) -> list[dict[str, Any]]:
+    affinity = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+    terms: list[dict[str, Any]] = affinity["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    return terms
+
+
+def _never_share_a_node(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Terms are ORed: two DaemonSets never meet when every pair of their terms excludes."""
+    return all(_terms_exclude(x, y) for x in _node_terms(a) for y in _node_terms(b))
+
+
+def test_the_exclusion_check_sees_an_overlap() -> None:
+    """The base DaemonSet against itself overlaps, so the check below can fail."""
+    assert not _never_share_a_node(daemonset("base"), daemonset("base"))
+
+
+@every_applied
+def test_daemonsets_of_one_overlay_never_share_a_node_or_a_pod(name: str) -> None:
+    """Where an overlay renders more than one DaemonSet (the second-DaemonSet recipe,
+    overlays/fleet-ascend-dcmi), no selector matches another DaemonSet's pods and their
+    node affinities cannot both match one node."""
+    sets = [o for o in rendered(name) if o["kind"] == "DaemonSet"]
+    assert len(sets) == (2 if name == "fleet-ascend-dcmi" else 1)
+    for a, b in itertools.permutations(sets, 2):
+        selector = a["spec"]["selector"]["matchLabels"].items()
+        assert not selector <= b["spec"]["template"]["metadata"]["labels"].items()
+        assert _never_share_a_node(a, b), (a["metadata"]["name"], b["metadata"]["name"])
+
+
+def test_only_the_second_daemonset_of_the_split_fleet_is_privileged() -> None:
+    """In overlays/fleet-ascend-dcmi the fleet DaemonSet stays unprivileged and the
+    Huawei-only one is privileged for DCMI, with its own ConfigMap and ServiceAccount."""
+    objects = rendered("fleet-ascend-dcmi")
+    second = only(objects, "DaemonSet", "devicehost-ascend-dcmi")["spec"]["template"]["spec"]
+    (ascend,) = second["containers"]
+    assert ascend["securityContext"]["privileged"] is True
+    assert not container("fleet-ascend-dcmi")["securityContext"].get("privileged")
+    assert second["serviceAccountName"] == "devicehost-ascend-dcmi"
+    config = next(v for v in second["volumes"] if "configMap" in v)["configMap"]["name"]
+    assert config.startswith("devicehost-config-ascend-dcmi")
+    only(objects, "ConfigMap", config)
 
 
 @every_kustomization
@@ -743,32 +870,57 @@ def test_node_labels_component_points_the_host_at_the_mounted_features_d() -> No
     assert str(feature_file.parent) == "/etc/kubernetes/node-feature-discovery/features.d"
 
 
-def test_cdi_component_mounts_the_cdi_directory_writable_at_its_real_path() -> None:
-    """The host writes its k8s.devicehost.io specs where the runtime reads them."""
-    assert ("/var/run/cdi", "/var/run/cdi", False) in host_mounts("cdi")
+@every_kustomization
+def test_only_the_cdi_component_turns_cdi_on_and_mounts_its_directory_writable(
+    name: str,
+) -> None:
+    """With components/cdi the HostConfig the pod reads has cdi.enabled, and cdi.dir is the
+    host's /var/run/cdi mounted writable at that same path (the host writes its
+    k8s.devicehost.io specs where the runtime reads them). Without it CDI is off and no
+    CDI directory is writable."""
+    config = pod_config(name)
+    assert config.cdi_enabled == uses(name, "cdi")
+    writable_cdi = [
+        (host, target)
+        for host, target, read_only in host_mounts(name)
+        if not read_only and host in ("/var/run/cdi", "/etc/cdi")
+    ]
+    if uses(name, "cdi"):
+        assert writable_cdi == [("/var/run/cdi", str(config.cdi_dir))]
+    else:
+        assert not writable_cdi
 
 
 def test_fleet_profiles_choose_per_node_settings(tmp_path: Path) -> None:
-    """The fleet overlay's profiles give a 910B node full-mesh settings and leave a GPU
-    node without MIG labels on the base, as `devicehost config --node-facts` shows."""
+    """The fleet overlay's profiles give a 910B node full-mesh settings, an inference node
+    time-sliced GPUs, and leave any other GPU node on the base, as `devicehost config
+    --node-facts` shows."""
     config = tmp_path / "config.yaml"
     config.write_text(host_config("fleet"))
     facts = tmp_path / "facts.yaml"
-    facts.write_text("nodeName: npu-7\nlabels: {ascend.family: 910B}\n")
     root = tmp_path / "root"
     root.mkdir()
-    args = ("config", "--config", str(config), "--node-facts", str(facts))
-    result = devicehost(
-        *args, "--simulate", "--root", str(root), env=clean_env(TMPDIR=str(tmp_path))
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[0] == "# profile: ascend-910b"
-    assert yaml.safe_load(result.stdout)["drivers"]["ascend"]["hccsGroupSize"] == 0
-    facts.write_text("nodeName: gpu-1\nlabels: {nvidia.mig-capable: 'true'}\n")
-    result = devicehost(
-        *args, "--simulate", "--root", str(root), env=clean_env(TMPDIR=str(tmp_path))
-    )
-    assert result.stdout.splitlines()[0] == "# profile: (none: base settings)"
+
+    def profile_of(node_facts: str) -> tuple[str, dict[str, Any]]:
+        facts.write_text(node_facts)
+        result = devicehost(
+            *("config", "--config", str(config), "--node-facts", str(facts)),
+            *("--simulate", "--root", str(root)),
+            env=clean_env(TMPDIR=str(tmp_path)),
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()[0], yaml.safe_load(result.stdout)["drivers"]
+
+    first, drivers = profile_of("nodeName: npu-7\nlabels: {ascend.family: 910B}\n")
+    assert first == "# profile: ascend-910b"
+    assert drivers["ascend"]["hccsGroupSize"] == 0
+    first, drivers = profile_of("nodeName: infer-3\nlabels: {}\n")
+    assert first == "# profile: inference-shared"
+    (shared,) = drivers["nvidia"]["timeSlicing"]["resources"]
+    assert (shared["replicas"], shared["rename"]) == (4, "nvidia.com/gpu.shared")
+    first, drivers = profile_of("nodeName: gpu-1\nlabels: {}\n")
+    assert first == "# profile: (none: base settings)"
+    assert "timeSlicing" not in drivers["nvidia"]
 
 
 # -- docs/operating.md's reach table ---------------------------------------------------------
@@ -776,15 +928,25 @@ def test_fleet_profiles_choose_per_node_settings(tmp_path: Path) -> None:
 REACH_TABLE = re.compile(r"<!-- reach:begin -->\n(.*?)<!-- reach:end -->", re.DOTALL)
 
 
-def _reach_rows() -> dict[str, tuple[set[str], str]]:
+#: Env that makes the NVIDIA container runtime hand host devices to the container.
+DEVICE_ENV = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES")
+
+
+def _reach_rows() -> dict[str, tuple[set[str], set[str]]]:
+    """component → (host paths with ro/rw, devices and privileges), each cell's `code` items."""
     text = (ROOT / "docs" / "operating.md").read_text()
     match = REACH_TABLE.search(text)
     assert match, "docs/operating.md has no reach table"
-    rows: dict[str, tuple[set[str], str]] = {}
+    rows: dict[str, tuple[set[str], set[str]]] = {}
     for line in match.group(1).splitlines()[2:]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        paths = set(re.findall(r"`([^`]+)`", cells[1]))
-        rows[cells[0].strip("`")] = (paths, cells[2])
+        found = []
+        for column, cell in enumerate(cells[1:3]):
+            items = set(re.findall(r"`([^`]+)`", cell))
+            # "as nvidia, ...": that row's items too (a component that includes another).
+            same = re.match(r"as ([a-z-]+)", cell)
+            found.append(items | (rows[same.group(1)][column] if same else set()))
+        rows[cells[0].strip("`")] = (found[0], found[1])
     return rows
 
 
@@ -792,20 +954,62 @@ def _reach(name: str) -> set[str]:
     return {f"{host} {'ro' if ro else 'rw'}" for host, _, ro in host_mounts(name)}
 
 
+def _grants(name: str) -> set[str]:
+    """What the devicehost container gets beyond files: privilege, added capabilities, and
+    the env that makes the runtime add host devices."""
+    context = container(name)["securityContext"]
+    env = literal_env(name)
+    return (
+        ({"privileged"} if context.get("privileged") else set())
+        | {f"CAP_{c}" for c in context.get("capabilities", {}).get("add", [])}
+        | {f"{k}={env[k]}" for k in DEVICE_ENV if k in env}
+    )
+
+
 def test_operating_security_table_matches_the_manifests() -> None:
     """For the base and each component, the host paths docs/operating.md lists (path and
-    ro/rw) are exactly what the rendered pod mounts beyond the base, and the privileged
-    column says what the manifests do."""
+    ro/rw) are exactly what the rendered pod mounts beyond the base, and the devices and
+    privileges it lists are exactly the privilege, capabilities and device env the
+    rendered container gets beyond the base."""
     rows = _reach_rows()
-    listed = {"base", *(c for c in rows if c != "base")}
-    assert listed == {"base"} | {p.name for p in COMPONENTS.iterdir() if p.is_dir()}
-    assert rows["base"][0] == _reach("base")
-    for component, (paths, privileged) in rows.items():
+    assert set(rows) == {"base"} | {p.name for p in COMPONENTS.iterdir() if p.is_dir()}
+    assert rows["base"] == (_reach("base"), _grants("base"))
+    for component, (paths, grants) in rows.items():
         if component == "base":
             continue
         name = f"base+{component}"
         assert paths == _reach(name) - _reach("base"), component
-        assert (privileged == "yes") == uses(name, "ascend-dcmi"), component
+        assert grants == _grants(name) - _grants("base"), component
+
+
+def _section(title: str) -> str:
+    text = (ROOT / "docs" / "operating.md").read_text()
+    match = re.search(rf"(?ms)^## {title}\n(.*?)(?=^## )", text)
+    assert match, f"docs/operating.md has no {title} section"
+    return match.group(1)
+
+
+def test_install_says_to_turn_off_each_vendors_own_plugin_first() -> None:
+    """Install's first step disables the GPU Operator's device plugin and removes Huawei's
+    and the RDMA plugins, before anything is applied."""
+    install = _section("Install")
+    first = install.index("Turn off the vendor's own device plugin")
+    assert first < install.index("kubectl apply -k deploy/overlays/")
+    for plugin in ("devicePlugin.enabled=false", "ascend-device-plugin", "rdma-shared-dp-ds"):
+        assert plugin in install[first:], plugin
+
+
+def test_uninstall_removes_what_the_host_wrote_and_says_what_node_status_shows() -> None:
+    """Uninstall deletes the DaemonSet, names the CDI spec files the host writes (by the
+    name the host gives them) and the feature file the node-labels component points at,
+    and says what the node's capacity and allocatable show afterwards."""
+    uninstall = _section("Uninstall")
+    assert "kubectl delete -k deploy/overlays/" in uninstall
+    spec_glob = spec_file_name("nvidia.com/gpu").replace("nvidia.com_gpu", "*")
+    assert f"{literal_env('base+cdi')['DEVICEHOST_CDI_DIR']}/{spec_glob}" in uninstall
+    assert literal_env("base+node-labels")["DEVICEHOST_FEATURE_FILE"] in uninstall
+    for status in ("status.capacity", "status.allocatable"):
+        assert status in uninstall, status
 
 
 # -- images -------------------------------------------------------------------------------------

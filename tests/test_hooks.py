@@ -5,6 +5,8 @@ tests/test_docs.py fails when a hook in devicehost.hookspecs has no ``test_<hook
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grpc
 import pytest
 
@@ -279,3 +281,16 @@ def test_host_paths_become_a_mount_plan_without_configure(install, host_config, 
     assert plan["/var/lib/kubelet/device-plugins"]["readOnly"] is False
     assert "/etc/shadow" not in plan
     assert plan["/sys/class/widget"]["declaredBy"][0]["purpose"] == "widget health (unconfigured)"
+
+
+def test_the_cdi_directory_is_the_hosts_only_when_cdi_is_on():
+    """cdi.dir has a default, but the host writes there (and needs it mounted writable)
+    only with cdi.enabled."""
+    from devicehost.config import HostConfig
+    from devicehost.mounts import host_own_paths
+
+    def own(config: HostConfig) -> set[str]:
+        return {d.path for d in host_own_paths(config)}
+
+    assert "/var/run/cdi" not in own(HostConfig())
+    assert "/etc/cdi" in own(HostConfig(cdi_enabled=True, cdi_dir=Path("/etc/cdi")))

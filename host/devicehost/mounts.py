@@ -124,13 +124,13 @@ def host_own_paths(config: HostConfig) -> list[Declared]:
                 host_path_type="DirectoryOrCreate",
             )
         )
-    # The CDI directory the host writes its k8s.devicehost.io specs to, when CDI is on.
-    cdi_dir = getattr(config, "cdi_dir", None)
-    if cdi_dir:
+    # The CDI directory the host writes its k8s.devicehost.io specs to, only when CDI is
+    # on (cdi.dir has a default even when it is off).
+    if config.cdi_enabled:
         own.append(
             Declared(
                 HOST,
-                str(cdi_dir),
+                str(config.cdi_dir),
                 "CDI specs the host writes (vendor k8s.devicehost.io)",
                 writable=True,
                 host_path_type="DirectoryOrCreate",
