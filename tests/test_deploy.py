@@ -44,6 +44,7 @@ from devicehost.drivers.discovery import load_plugins
 from devicehost.mounts import (
     Declared,
     PlannedMount,
+    always_present_ancestor,
     declared_by_drivers,
     host_own_paths,
 )
@@ -471,15 +472,30 @@ def test_every_host_mount_was_declared(name: str) -> None:
     """Each hostPath mount is a path the host or an included driver declared, at a place
     that declaration asks for, and read-only unless the host itself writes there."""
     declared = expected_paths(name)
+
+    def asks_for(d: Declared, mount: tuple[str, str, bool]) -> bool:
+        # The declared path itself, or the always-present kernel path it is mounted through.
+        carrier = always_present_ancestor(d.path)
+        source = Declared(d.owner, carrier, "", d.at_real_path) if carrier else d
+        return source.path == mount[0] and mount[1] in source.targets()
+
     strays = [
         mount
         for mount in host_mounts(name)
-        if not any(
-            d.path == mount[0] and mount[1] in d.targets() and (mount[2] or d.writable)
-            for d in declared
-        )
+        if not any(asks_for(d, mount) and (mount[2] or d.writable) for d in declared)
     ]
     assert not strays, f"mounted but declared by no installed driver or the host: {strays}"
+
+
+@every_kustomization
+def test_no_mount_source_depends_on_a_kernel_module(name: str) -> None:
+    """No hostPath source lies in the part of /sys or /proc that exists only once a module
+    is loaded: the runtime cannot create it there, and the pod would not start on a node
+    without the module (in a mixed fleet, on every other vendor's node)."""
+    fragile = [
+        mount[0] for mount in host_mounts(name) if always_present_ancestor(mount[0]) is not None
+    ]
+    assert not fragile, f"mounted from module-dependent kernel paths: {fragile}"
 
 
 @every_kustomization

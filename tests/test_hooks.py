@@ -262,8 +262,9 @@ def test_labels_are_off_without_a_feature_file(alpha, kubelet, tmp_path):
 
 def test_host_paths_become_a_mount_plan_without_configure(install, host_config, capsys):
     """`devicehost mounts` asks drivers without configuring them: a path inside a declared
-    one folds into it, at_real_path mounts twice, a non-HostPath is dropped, and the
-    host's own directories are listed writable."""
+    one folds into it, a /sys class that exists only with its module loaded is mounted
+    through /sys/class (which every kernel has), at_real_path mounts twice, a non-HostPath
+    is dropped, and the host's own directories are listed writable."""
     import json
 
     from devicehost.cli import main
@@ -271,16 +272,17 @@ def test_host_paths_become_a_mount_plan_without_configure(install, host_config, 
     install("devicehost-alpha", drivers={"alpha": LABELLED})
     assert main(["mounts", "--drivers", "alpha", "--output", "json"]) == 0
     plan = {m["hostPath"]: m for m in json.loads(capsys.readouterr().out)}
-    assert plan["/sys/class/widget"]["mountPaths"] == ["/host/sys/class/widget"]
-    assert [d["path"] for d in plan["/sys/class/widget"]["declaredBy"]] == [
+    assert "/sys/class/widget" not in plan
+    assert plan["/sys/class"]["mountPaths"] == ["/host/sys/class"]
+    assert [d["path"] for d in plan["/sys/class"]["declaredBy"]] == [
         "/sys/class/widget",
         "/sys/class/widget/widget0",
     ]
     assert plan["/opt/widget/lib"]["mountPaths"] == ["/opt/widget/lib", "/host/opt/widget/lib"]
-    assert all(plan[p]["readOnly"] for p in ("/sys/class/widget", "/opt/widget/lib"))
+    assert all(plan[p]["readOnly"] for p in ("/sys/class", "/opt/widget/lib"))
     assert plan["/var/lib/kubelet/device-plugins"]["readOnly"] is False
     assert "/etc/shadow" not in plan
-    assert plan["/sys/class/widget"]["declaredBy"][0]["purpose"] == "widget health (unconfigured)"
+    assert plan["/sys/class"]["declaredBy"][0]["purpose"] == "widget health (unconfigured)"
 
 
 def test_the_cdi_directory_is_the_hosts_only_when_cdi_is_on():

@@ -38,6 +38,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HOOK = "devicehost_host_paths"
+#: Parts of /sys and /proc that every kernel provides. A path below them may exist only once
+#: a module is loaded (``/sys/class/infiniband``, ``/proc/driver/nvidia``), and a hostPath
+#: whose source is missing makes the container runtime create it (containerd runs
+#: ``mkdir -p``), which sysfs and procfs refuse: the pod would never start on a node without
+#: that module — in a mixed fleet, on every other vendor's node. Such a path is mounted
+#: through the ancestor that always exists; it is read-only, and the container's own
+#: ``/sys`` already shows the same kernel objects.
+ALWAYS_PRESENT = ("/sys/class", "/sys/bus", "/sys/module", "/proc/driver")
 #: Where driver paths appear in the pod (the DaemonSet's DEVICEHOST_ROOT).
 HOST_ROOT = "/host"
 HOST = "devicehost"
@@ -54,6 +62,8 @@ class Declared:
     writable: bool = False
     #: For the host's own paths: the Kubernetes hostPath type that fits.
     host_path_type: str = ""
+    #: Declared by nobody: the always-present ancestor a kernel path is mounted through.
+    carrier: bool = False
 
     def targets(self) -> tuple[str, ...]:
         """Where the path appears inside the pod."""
@@ -180,18 +190,41 @@ def clean_declarations(driver: str, answer: Any) -> list[Declared]:
     return declared
 
 
+def always_present_ancestor(path: str) -> str | None:
+    """The part of /sys or /proc every kernel has that ``path`` lies strictly below."""
+    for parent in ALWAYS_PRESENT:
+        if path != parent and PurePosixPath(path).is_relative_to(parent):
+            return parent
+    return None
+
+
+def _carriers(declarations: Sequence[Declared]) -> list[Declared]:
+    carriers: dict[tuple[str, bool], Declared] = {}
+    for item in declarations:
+        parent = always_present_ancestor(item.path)
+        if parent is not None and item.owner != HOST:
+            key = (parent, item.at_real_path)
+            carriers.setdefault(
+                key, Declared(item.owner, parent, "", item.at_real_path, carrier=True)
+            )
+    return list(carriers.values())
+
+
 def plan(declarations: Sequence[Declared]) -> list[PlannedMount]:
-    """One mount per path that no other declared path already covers, in path order."""
+    """One mount per path that no other declared path already covers, in path order; a
+    driver path that may be absent from /sys or /proc goes through ``ALWAYS_PRESENT``."""
     mounts: list[PlannedMount] = []
+    everything = [*declarations, *_carriers(declarations)]
     # Parents before children, so a child finds the mount that covers it.
-    for item in sorted(declarations, key=lambda d: (len(PurePosixPath(d.path).parts), d.path)):
+    for item in sorted(everything, key=lambda d: (len(PurePosixPath(d.path).parts), d.path)):
         home = next((m for m in mounts if m.covers(item)), None)
         if home is None:
             same = next((m for m in mounts if m.host_path == item.path), None)
             if same is not None:  # the same path, wanted in more places or writable
                 same.targets = tuple(dict.fromkeys(same.targets + item.targets()))
                 same.read_only = same.read_only and not item.writable
-                same.declared.append(item)
+                if not item.carrier:
+                    same.declared.append(item)
                 continue
             home = PlannedMount(
                 item.path,
@@ -200,7 +233,8 @@ def plan(declarations: Sequence[Declared]) -> list[PlannedMount]:
                 host_path_type=item.host_path_type,
             )
             mounts.append(home)
-        home.declared.append(item)
+        if not item.carrier:
+            home.declared.append(item)
     return sorted(mounts, key=lambda m: m.host_path)
 
 
@@ -241,13 +275,21 @@ def table(mounts: Sequence[PlannedMount]) -> str:
     """The plan for a person: host path, where in the pod, mode, who needs it and why."""
     rows = [("HOST PATH", "IN THE POD", "MODE", "NEEDED BY")]
     for m in mounts:
-        needed = "; ".join(f"{d.owner}: {d.purpose}" if d.purpose else d.owner for d in m.declared)
+        needed = "; ".join(_needed_by(m, d) for d in m.declared)
         rows.append((m.host_path, ", ".join(m.targets), "ro" if m.read_only else "rw", needed))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     return "\n".join(
         f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip()
         for r in rows
     )
+
+
+def _needed_by(mount: PlannedMount, declared: Declared) -> str:
+    """``owner: purpose``, naming the declared path when it lies inside the mount."""
+    what = declared.purpose
+    if declared.path != mount.host_path:
+        what = f"{declared.path} ({what})" if what else declared.path
+    return f"{declared.owner}: {what}" if what else declared.owner
 
 
 def kustomize_patch(
