@@ -908,7 +908,8 @@ def test_only_the_cdi_component_turns_cdi_on_and_mounts_its_directory_writable(
 
 
 def test_fleet_profiles_choose_per_node_settings(tmp_path: Path) -> None:
-    """The fleet overlay's profiles give a 910B node full-mesh settings, an inference node
+    """The fleet overlay's profiles give a 910B node (by name: without DCMI its family label
+    cannot say 910B) full-mesh settings, an inference node
     time-sliced GPUs, and leave any other GPU node on the base, as `devicehost config
     --node-facts` shows."""
     config = tmp_path / "config.yaml"
@@ -927,7 +928,7 @@ def test_fleet_profiles_choose_per_node_settings(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stderr
         return result.stdout.splitlines()[0], yaml.safe_load(result.stdout)["drivers"]
 
-    first, drivers = profile_of("nodeName: npu-7\nlabels: {ascend.family: 910B}\n")
+    first, drivers = profile_of("nodeName: a2-7\nlabels: {ascend.family: '910'}\n")
     assert first == "# profile: ascend-910b"
     assert drivers["ascend"]["hccsGroupSize"] == 0
     first, drivers = profile_of("nodeName: infer-3\nlabels: {}\n")
