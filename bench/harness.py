@@ -62,7 +62,12 @@ class Workspace:
         write_distribution(
             self.site,
             "devicehost-bench-scale",
-            {"devicehost.drivers": {"scale": "bench.scale_driver:ScaleDriver"}},
+            {
+                "devicehost.drivers": {
+                    "scale": "bench.scale_driver:ScaleDriver",
+                    "hang": "bench.hang_driver:HangDriver",
+                }
+            },
         )
 
     def plugin_dir(self, name: str) -> Path:
@@ -206,6 +211,43 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return round(int(line.split()[1]) / 1024, 1)
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every descendant alive now (the host and its driver workers)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{current}/task").iterdir():
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+    return found
+
+
+def tree_rss_mib(pid: int) -> dict[str, float]:
+    """VmRSS of ``pid`` and of each descendant, and their sum (shared pages counted in
+    each process, as ``ps`` and the kubelet's per-container figure do not: an upper bound)."""
+    each = {}
+    for member in process_tree(pid):
+        with contextlib.suppress(OSError, RuntimeError):
+            each[str(member)] = rss_mib(member)
+    return {"total_mib": round(sum(each.values()), 1), "processes": len(each), **each}
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` and every live descendant, from /proc/<pid>/stat."""
+    ticks = 0
+    for member in process_tree(pid):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def verdict(value: float, limit: float) -> dict[str, Any]:
+    """A figure beside its goal (``value <= limit``) and whether it is met."""
+    return {"value": value, "goal_at_most": limit, "met": value <= limit}
 
 
 def machine() -> dict[str, Any]:
