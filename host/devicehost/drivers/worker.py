@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import inspect
 import logging
 import os
@@ -35,6 +34,7 @@ from importlib_metadata import EntryPoint, entry_points
 from devicehost import hookspecs
 from devicehost.drivers.protocol import HEADER, NotPlain, body_length, decode, encode, to_plain
 from devicehost.errors import DriverUnavailable, RequestRefused
+from devicehost.subprocesses import die_with_parent
 
 log = logging.getLogger("devicehost.worker")
 
@@ -43,15 +43,6 @@ SHUTDOWN_SECONDS = 1.5
 WATCH_RESTART_MAX_SECONDS = 30.0
 #: Hooks that take the host's ``/`` as a path.
 PATH_ARGUMENTS = frozenset({"root"})
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when the host dies, even by ``kill -9``."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:  # the host died before prctl took effect
-            os._exit(0)
 
 
 def _missing_vendor_module(exc: BaseException, ep: EntryPoint) -> str | None:
@@ -290,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--distribution", default="", help="distribution that provides it")
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
-    _die_with_parent()
+    die_with_parent()
     # The driver's prints, and C libraries writing to fd 1, go to the log, not anywhere else.
     os.dup2(2, 1)
     sys.stdout = sys.stderr
