@@ -73,8 +73,10 @@ class WorkerProcess:
         on_notify: Callable[[str], None],
         on_watch_error: Callable[[str, str], None],
         log_level: str = "info",
+        entry_point: str = "",
     ) -> None:
         self.driver = driver
+        self.entry_point = entry_point
         self.distribution = distribution
         self.group = group
         self.on_notify = on_notify
@@ -120,6 +122,7 @@ class WorkerProcess:
                 self.distribution,
                 "--log-level",
                 self.log_level,
+                *(("--entry-point", self.entry_point) if self.entry_point else ()),
                 pass_fds=(child.fileno(),),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,

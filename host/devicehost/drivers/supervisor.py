@@ -137,6 +137,7 @@ class DriverHandle:
             on_notify=self.on_notify,
             on_watch_error=self._watch_error,
             log_level=self.log_level,
+            entry_point=self.info.entry_point,
         )
         self.process = process
         started = time.monotonic()
