@@ -280,8 +280,10 @@ class Tracing:
         resource: str,
         driver: Any,
         metadata: Iterable[tuple[str, Any]] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Iterator[Span]:
-        """A SERVER span for one kubelet request; a ``traceparent`` in metadata is its parent."""
+        """A SERVER span for one kubelet request; a ``traceparent`` in metadata is its parent;
+        ``extra`` attributes are set at its start."""
         if not self.enabled:  # no context switching at all when tracing is off
             yield trace.INVALID_SPAN
             return
@@ -295,6 +297,8 @@ class Tracing:
         }
         if self.node_name:
             attributes[NODE] = self.node_name
+        if extra:
+            attributes.update(extra)
         self.activity.begin()
         try:
             with self.tracer.start_as_current_span(
