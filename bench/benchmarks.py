@@ -34,9 +34,10 @@ from bench.harness import (
     verdict,
     wait_resources,
 )
+from bench.receiver import receiver_process
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from devicehost.testing import KubeletStandIn, OtlpReceiver
+from devicehost.testing import KubeletStandIn
 
 SIMULATED = ("--simulate", "--drivers", ",".join(VENDOR_DRIVERS))
 PREFERRED = "nvidia.com/gpu"
@@ -50,18 +51,18 @@ def allocate_round_trip(ws: Workspace, runs: int, count: int) -> dict[str, Any]:
     """Allocate of 1 device, back to back over one real-socket client: the minimal plugin
     (no tracing) against devicehost with tracing off, and with tracing on exporting to a
     real OTLP receiver."""
-    receiver = OtlpReceiver().start()
-    setups = {
-        "minimal_plugin": (minimal_command, {}),
-        "devicehost_tracing_off": (lambda d: devicehost_command(d, *SIMULATED), {}),
-        "devicehost_tracing_on": (
-            lambda d: devicehost_command(d, *SIMULATED),
-            {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint},
-        ),
-    }
     targets: dict[str, tuple[Any, list[str]]] = {}
-    runs_of: dict[str, list[dict[str, float]]] = {name: [] for name in setups}
     with contextlib.ExitStack() as stack:
+        receiver = stack.enter_context(receiver_process())
+        setups = {
+            "minimal_plugin": (minimal_command, {}),
+            "devicehost_tracing_off": (lambda d: devicehost_command(d, *SIMULATED), {}),
+            "devicehost_tracing_on": (
+                lambda d: devicehost_command(d, *SIMULATED),
+                {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint},
+            ),
+        }
+        runs_of: dict[str, list[dict[str, float]]] = {name: [] for name in setups}
         for name, (command, extra) in setups.items():
             plugin_dir = ws.plugin_dir(f"rtt-{name}")
             kubelet = stack.enter_context(KubeletStandIn(plugin_dir, start=True))
@@ -72,7 +73,6 @@ def allocate_round_trip(ws: Workspace, runs: int, count: int) -> dict[str, Any]:
             for name, (socket, ids) in targets.items():
                 runs_of[name].append(summary(allocate_latencies(socket, ids, count)))
                 time.sleep(0.5)  # let the exporter drain between setups, as between bursts
-    receiver.stop()
     table = {
         name: {"p50_ms": median_of(r, "p50_ms"), "p99_ms": median_of(r, "p99_ms"), "runs": r}
         for name, r in runs_of.items()
@@ -90,7 +90,7 @@ def allocate_round_trip(ws: Workspace, runs: int, count: int) -> dict[str, Any]:
         "what": f"Allocate round trip, 1 device, median of {runs} interleaved runs of {count} "
         f"back-to-back calls over one client channel; devicehost serves "
         f"{', '.join(VENDOR_DRIVERS)} on simulated hardware; tracing on exports OTLP/gRPC "
-        "to a real receiver in the bench process",
+        "to a real receiver in a process of its own (bench.receiver)",
         "goal": "devicehost with tracing on: p50 <= 1.1x and p99 <= 1.3x the minimal "
         "plugin's (tracing off)",
         "results": table,
@@ -99,7 +99,7 @@ def allocate_round_trip(ws: Workspace, runs: int, count: int) -> dict[str, Any]:
             "p50_tracing_on_vs_minimal": verdict(on["p50"], 1.1),
             "p99_tracing_on_vs_minimal": verdict(on["p99"], 1.3),
         },
-        "spans_received": len(receiver.spans),
+        "spans_received": receiver.spans,
     }
 
 
@@ -318,16 +318,38 @@ def memory(ws: Workspace, allocations: int) -> dict[str, Any]:
     """Resident memory of the whole process tree (the host and its driver workers) after
     start and after many Allocates, three drivers simulated: tracing off (the default),
     which the goal is about, and tracing on (one more process: the span exporter)."""
-    receiver = OtlpReceiver().start()
     fewer = max(1000, allocations // 5)
     results: dict[str, Any] = {}
+    with receiver_process() as receiver:
+        _memory_runs(ws, allocations, fewer, receiver.endpoint, results)
+    dh = results["devicehost"]
+    return {
+        "what": "VmRSS summed over the process and all its children (devicehost: the host "
+        f"and one worker per driver, {', '.join(VENDOR_DRIVERS)} simulated), after start "
+        f"and after {allocations} more Allocates (8 in flight; {fewer} for the minimal "
+        "plugin and for devicehost with tracing on to a real receiver)",
+        "goal": "devicehost (default config) <= 100 MiB together; no growth over the "
+        "Allocates (<= 2 MiB, page noise)",
+        "allocations": allocations,
+        "results": results,
+        "goals": {
+            "total_mib": verdict(dh["after_mib"], 100.0),
+            "growth_mib": verdict(dh["growth_mib"], 2.0),
+        },
+        "spans_received": receiver.spans,
+    }
+
+
+def _memory_runs(
+    ws: Workspace, allocations: int, fewer: int, endpoint: str, results: dict[str, Any]
+) -> None:
     for name, command, extra, count in (
         ("minimal_plugin", minimal_command, {}, fewer),
         ("devicehost", lambda d: devicehost_command(d, *SIMULATED), {}, allocations),
         (
             "devicehost_tracing_on",
             lambda d: devicehost_command(d, *SIMULATED),
-            {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint},
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint},
             fewer,
         ),
     ):
@@ -356,38 +378,21 @@ def memory(ws: Workspace, allocations: int) -> dict[str, Any]:
             "allocations": count,
             "allocations_seconds": round(took, 1),
         }
-    receiver.stop()
-    dh = results["devicehost"]
-    return {
-        "what": "VmRSS summed over the process and all its children (devicehost: the host "
-        f"and one worker per driver, {', '.join(VENDOR_DRIVERS)} simulated), after start "
-        f"and after {allocations} more Allocates (8 in flight; {fewer} for the minimal "
-        "plugin and for devicehost with tracing on to a real receiver)",
-        "goal": "devicehost (default config) <= 100 MiB together; no growth over the "
-        "Allocates (<= 2 MiB, page noise)",
-        "allocations": allocations,
-        "results": results,
-        "goals": {
-            "total_mib": verdict(dh["after_mib"], 100.0),
-            "growth_mib": verdict(dh["growth_mib"], 2.0),
-        },
-        "spans_received": len(receiver.spans),
-    }
 
 
 def idle_cpu(ws: Workspace, seconds: float) -> dict[str, Any]:
     """CPU the whole process tree burns while nothing happens, after start-up settles."""
-    receiver = OtlpReceiver().start()
-    setups = {
-        "minimal_plugin": (minimal_command, {}),
-        "devicehost_tracing_off": (lambda d: devicehost_command(d, *SIMULATED), {}),
-        "devicehost_tracing_on": (
-            lambda d: devicehost_command(d, *SIMULATED),
-            {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint},
-        ),
-    }
     processes: dict[str, Any] = {}
     with contextlib.ExitStack() as stack:
+        receiver = stack.enter_context(receiver_process())
+        setups = {
+            "minimal_plugin": (minimal_command, {}),
+            "devicehost_tracing_off": (lambda d: devicehost_command(d, *SIMULATED), {}),
+            "devicehost_tracing_on": (
+                lambda d: devicehost_command(d, *SIMULATED),
+                {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint},
+            ),
+        }
         for name, (command, extra) in setups.items():
             plugin_dir = ws.plugin_dir(f"idle-{name}")
             kubelet = stack.enter_context(KubeletStandIn(plugin_dir, start=True))
@@ -403,7 +408,6 @@ def idle_cpu(ws: Workspace, seconds: float) -> dict[str, Any]:
             for name, p in processes.items()
         }
         counts = {name: len(process_tree(p.pid)) for name, p in processes.items()}
-    receiver.stop()
     return {
         "what": f"utime+stime of the process and all its children over {seconds:g} s idle "
         "(registered, one ListAndWatch stream per resource, no requests), in millicores; "
