@@ -15,22 +15,24 @@ from bench import benchmarks
 from bench.harness import Workspace, write_result
 
 FULL = {
-    "runs": 5,
+    "runs": 3,
     "calls": 2000,
-    "paced": 500,
+    "cold_runs": 5,
     "restarts": 20,
     "flips": 40,
     "scale_calls": 200,
     "allocations": 100_000,
+    "idle_seconds": 60.0,
 }
 QUICK = {
     "runs": 2,
     "calls": 300,
-    "paced": 100,
+    "cold_runs": 2,
     "restarts": 5,
     "flips": 10,
     "scale_calls": 30,
     "allocations": 5_000,
+    "idle_seconds": 10.0,
 }
 
 
@@ -40,17 +42,23 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="fewer runs, for a smoke check")
     parser.add_argument("--only", action="append", help="run only this benchmark (repeatable)")
+    parser.add_argument(
+        "--allocations", type=int, help="Allocates in the memory benchmark (default: 100000)"
+    )
     args = parser.parse_args()
-    n = QUICK if args.quick else FULL
+    n = dict(QUICK if args.quick else FULL)
+    if args.allocations:
+        n["allocations"] = args.allocations
     plan = {
         "allocate_round_trip": lambda ws: benchmarks.allocate_round_trip(
-            ws, n["runs"], n["calls"], n["paced"]
+            ws, int(n["runs"]), int(n["calls"])
         ),
-        "cold_start": lambda ws: benchmarks.cold_start(ws, n["runs"]),
-        "kubelet_restart": lambda ws: benchmarks.kubelet_restart(ws, n["restarts"]),
-        "health_change": lambda ws: benchmarks.health_change(ws, n["flips"]),
-        "scale_4096": lambda ws: benchmarks.scale(ws, 4096, n["scale_calls"]),
-        "memory": lambda ws: benchmarks.memory(ws, n["allocations"]),
+        "cold_start": lambda ws: benchmarks.cold_start(ws, int(n["cold_runs"])),
+        "kubelet_restart": lambda ws: benchmarks.kubelet_restart(ws, int(n["restarts"])),
+        "health_change": lambda ws: benchmarks.health_change(ws, int(n["flips"])),
+        "scale_4096": lambda ws: benchmarks.scale(ws, 4096, int(n["scale_calls"])),
+        "memory": lambda ws: benchmarks.memory(ws, int(n["allocations"])),
+        "idle_cpu": lambda ws: benchmarks.idle_cpu(ws, n["idle_seconds"]),
     }
     for name, run in plan.items():
         if args.only and name not in args.only:
@@ -73,9 +81,8 @@ def main() -> None:
                     if k
                     in (
                         "goal",
+                        "goals",
                         "results",
-                        "back_to_back",
-                        "paced_50_per_s",
                     )
                 },
                 indent=1,

@@ -56,13 +56,24 @@ class Workspace:
     path: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="dh-bench-")))
 
     def __post_init__(self) -> None:
+        # Simulated hardware trees go to memory (tmpfs), as sysfs is on a real node: on a
+        # disk-backed /tmp, writing them costs hundreds of milliseconds of syscalls at every
+        # start that no real node pays (the RDMA tree alone is ~900 files and links).
+        shm = Path("/dev/shm")
+        in_memory = shm.is_dir() and os.access(shm, os.W_OK)
+        self.tmp = Path(tempfile.mkdtemp(prefix="dh-bench-tmp-", dir=shm if in_memory else None))
         self.site = self.path / "site"
         self.root = self.path / "root"
         self.root.mkdir()
         write_distribution(
             self.site,
             "devicehost-bench-scale",
-            {"devicehost.drivers": {"scale": "bench.scale_driver:ScaleDriver"}},
+            {
+                "devicehost.drivers": {
+                    "scale": "bench.scale_driver:ScaleDriver",
+                    "hang": "bench.hang_driver:HangDriver",
+                }
+            },
         )
 
     def plugin_dir(self, name: str) -> Path:
@@ -79,6 +90,7 @@ class Workspace:
             if not k.startswith(("OTEL_", "DEVICEHOST_")) and k != "PYTHONDONTWRITEBYTECODE"
         }
         env["PYTHONPATH"] = os.pathsep.join([str(self.site), str(REPO)])
+        env["TMPDIR"] = str(self.tmp)
         env.update(extra)
         return env
 
@@ -89,6 +101,7 @@ class Workspace:
 
     def close(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def devicehost_command(plugin_dir: Path, *args: str) -> list[str]:
@@ -206,6 +219,43 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return round(int(line.split()[1]) / 1024, 1)
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every descendant alive now (the host and its driver workers)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{current}/task").iterdir():
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+    return found
+
+
+def tree_rss_mib(pid: int) -> dict[str, float]:
+    """VmRSS of ``pid`` and of each descendant, and their sum (shared pages counted in
+    each process, as ``ps`` and the kubelet's per-container figure do not: an upper bound)."""
+    each = {}
+    for member in process_tree(pid):
+        with contextlib.suppress(OSError, RuntimeError):
+            each[str(member)] = rss_mib(member)
+    return {"total_mib": round(sum(each.values()), 1), "processes": len(each), **each}
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` and every live descendant, from /proc/<pid>/stat."""
+    ticks = 0
+    for member in process_tree(pid):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def verdict(value: float, limit: float) -> dict[str, Any]:
+    """A figure beside its goal (``value <= limit``) and whether it is met."""
+    return {"value": value, "goal_at_most": limit, "met": value <= limit}
 
 
 def machine() -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """A benchmark driver with thousands of devices in one resource.
 
-Config (``drivers.scale``): ``devices`` (default 4096). Its watch hook stats
+It describes each device's container edits (a device node and its part of
+``SCALE_DEVICES``) and implements no ``allocate``, as drivers do since the host composes
+Allocate answers. Config (``drivers.scale``): ``devices`` (default 4096). Its watch hook stats
 ``<root>/trigger`` every millisecond and flips the health of ``dev-0`` when the file
 changes, so a benchmark in another process can cause a health change and time its arrival.
 """
@@ -13,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from devicehost import Allocation, Device, DeviceNode, Health, ResourceSpec, UnknownDevice, hookimpl
+from devicehost import ContainerEdits, Device, DeviceNode, Health, ResourceSpec, hookimpl
 
 RESOURCE = "bench.example/scale"
 
@@ -31,7 +33,7 @@ class ScaleDriver:
 
     @hookimpl
     def devicehost_resources(self) -> Sequence[ResourceSpec]:
-        return [ResourceSpec(name=RESOURCE)]
+        return [ResourceSpec(name=RESOURCE, joined_envs=("SCALE_DEVICES",))]
 
     @hookimpl
     def devicehost_enumerate(self, resource: str) -> Sequence[Device]:
@@ -40,6 +42,10 @@ class ScaleDriver:
                 id=f"dev-{i}",
                 numa_nodes=(i % 2,),
                 health=Health.UNHEALTHY if f"dev-{i}" in self.unhealthy else Health.HEALTHY,
+                edits=ContainerEdits(
+                    envs={"SCALE_DEVICES": f"dev-{i}"},
+                    devices=(DeviceNode(host_path=f"/dev/scale/dev-{i}"),),
+                ),
             )
             for i in range(self.count)
         ]
@@ -60,13 +66,3 @@ class ScaleDriver:
                     self.unhealthy ^= {"dev-0"}
                     notify()
                 last = now
-
-    @hookimpl
-    def devicehost_allocate(self, resource: str, device_ids: Sequence[str]) -> Allocation:
-        for device_id in device_ids:
-            if not device_id.startswith("dev-"):
-                raise UnknownDevice(resource, device_id)
-        return Allocation(
-            envs={"SCALE_DEVICES": ",".join(device_ids)},
-            devices=tuple(DeviceNode(host_path=f"/dev/scale/{d}") for d in device_ids),
-        )

@@ -171,3 +171,20 @@ def test_policy_that_answers_instead_of_wrapping_is_refused(install):
         "wrapper=True; policies may only wrap driver hooks"
     )
     assert plugins.pm.get_plugin("policy:hijack") is None
+
+
+def test_a_worker_imports_neither_grpc_nor_opentelemetry():
+    """A driver's worker process carries only the driver, pluggy and devicehost's model:
+    gRPC, OpenTelemetry and the metadata reader stay in the host (memory, start-up)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, devicehost.drivers.worker, devicehost_nvidia.driver; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'grpc', 'opentelemetry', 'importlib_metadata', 'prometheus_client'}))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert loaded == "[]"

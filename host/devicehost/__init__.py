@@ -8,7 +8,7 @@ device names as people do (``gpu-2`` before ``gpu-10``). Everything else is the
 host's business. The testing kit is ``devicehost.testing``.
 """
 
-from importlib_metadata import PackageNotFoundError, version
+from typing import Any
 
 from devicehost.errors import (
     ConfigError,
@@ -32,10 +32,23 @@ from devicehost.model import (
     ResourceSpec,
 )
 
-try:
-    __version__ = version("devicehost")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0+unknown"
+__version__: str  # set by __getattr__ on first use
+
+
+def __getattr__(name: str) -> Any:
+    """``__version__`` is read from the installed metadata on first use: a driver's worker
+    process imports this package and never needs it."""
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib_metadata import PackageNotFoundError, version
+
+    global __version__
+    try:
+        __version__ = version("devicehost")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        __version__ = "0+unknown"
+    return __version__
+
 
 __all__ = [
     "Allocation",

@@ -393,8 +393,7 @@ def _command(args: argparse.Namespace) -> int:
 def _run(config: HostConfig) -> int:
     """``devicehost run``: check the plugin directory first, so a wrong path or missing
     privilege is one clear line instead of a traceback or a retry loop."""
-    from devicehost.kubelet.runner import plugin_dir_problem
-    from devicehost.lifecycle import serve
+    from devicehost.kubelet.plugin_dir import plugin_dir_problem
 
     problem = plugin_dir_problem(config.plugin_dir)
     if problem:
@@ -406,8 +405,19 @@ def _run(config: HostConfig) -> int:
     # Every file the daemon creates is private from birth: sockets are 0600 before the
     # chmod that makes sure of it (CDI specs are made readable explicitly).
     os.umask(0o077)
-    asyncio.run(serve(config))
+    asyncio.run(_serve(config))
     return 0
+
+
+async def _serve(config: HostConfig) -> None:
+    """Spawn the drivers' workers first, then import the host while they import drivers:
+    the two costs overlap instead of adding up at every start."""
+    from devicehost.drivers.early import start_workers
+
+    early = None if config.profiles else await start_workers(config)
+    from devicehost.lifecycle import serve
+
+    await serve(config, early=early)
 
 
 if __name__ == "__main__":

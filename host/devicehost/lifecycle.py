@@ -31,10 +31,11 @@ from devicehost.cdi import CdiWriter
 from devicehost.compose import PolicyChain
 from devicehost.config import HostConfig
 from devicehost.drivers.discovery import DriverInfo, DriverStatus, PluginSet, load_plugins
+from devicehost.drivers.early import EarlyStart
 from devicehost.drivers.process import WorkerProcess
 from devicehost.drivers.scan import Scanner
 from devicehost.drivers.snapshots import ResourceState
-from devicehost.drivers.supervisor import DriverFinal, DriverHandle
+from devicehost.drivers.supervisor import STOP_GRACE_SECONDS, DriverFinal, DriverHandle
 from devicehost.errors import ConfigError, DriverError
 from devicehost.features import NodeLabels
 from devicehost.kubelet.podresources import PodResolver
@@ -79,14 +80,20 @@ class Host:
     """One devicehost process: its drivers, resources, runners and scanners."""
 
     def __init__(
-        self, config: HostConfig, telemetry: Telemetry | None = None, use_inotify: bool = True
+        self,
+        config: HostConfig,
+        telemetry: Telemetry | None = None,
+        use_inotify: bool = True,
+        early: EarlyStart | None = None,
     ) -> None:
         self.config = config
+        #: Drivers discovered and workers spawned before the host was built (``early``).
+        self._early = early
         self.telemetry = telemetry or Telemetry.from_config(
             config, PodResolver(config.pod_resources_socket)
         )
         self.use_inotify = use_inotify
-        self.plugins: PluginSet | None = None
+        self.plugins: PluginSet | None = early.plugins if early else None
         self.drivers: dict[str, DriverHandle] = {}
         self.resources: dict[str, Resource] = {}
         self.scanners: dict[str, Scanner] = {}
@@ -253,6 +260,7 @@ class Host:
             log_level=self.config.log_level,
             on_restart=lambda name: self.telemetry.metrics.driver_restarts.inc(driver=name),
             on_error=self.telemetry.driver_error,
+            prestarted=self._early.workers.pop(info.name, None) if self._early else None,
         )
         self.drivers[info.name] = handle
         self._driver_tasks.append(
@@ -542,7 +550,9 @@ class Host:
         for task in tasks:
             task.cancel()
         workers = asyncio.gather(
-            *(handle.stop() for handle in self.drivers.values()), return_exceptions=True
+            *(handle.stop() for handle in self.drivers.values()),
+            *([self._early.stop(STOP_GRACE_SECONDS)] if self._early else []),
+            return_exceptions=True,
         )
         if tasks:
             _, stuck = await asyncio.wait(tasks, timeout=STOP_TASKS_SECONDS)
@@ -580,7 +590,10 @@ def _alive(pid: int) -> bool:
 
 
 async def serve(
-    config: HostConfig, stop: asyncio.Event | None = None, host: Host | None = None
+    config: HostConfig,
+    stop: asyncio.Event | None = None,
+    host: Host | None = None,
+    early: EarlyStart | None = None,
 ) -> None:
     """Run a host until SIGTERM/SIGINT (or ``stop`` is set), then stop it gracefully.
 
@@ -601,8 +614,11 @@ async def serve(
             ),
         )
     if host is None:
+        if config.profiles and early is not None:  # a profile may choose other drivers
+            await early.stop(STOP_GRACE_SECONDS)
+            early = None
         config = await profiles.for_this_node(config, _probe_labels)
-        host = Host(config)
+        host = Host(config, early=early)
     starting = asyncio.create_task(host.start(), name="start")
     stopping = asyncio.create_task(stop.wait(), name="stop-signal")
     try:

@@ -17,8 +17,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import yaml
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +38,7 @@ class ToolkitSpec:
         return f"{KIND}={name}" if name in self.names else None
 
 
-def _devices(path: Path) -> list[str] | None:
+def _devices(yaml: Any, path: Path) -> list[str] | None:
     """The device names of a spec of kind ``nvidia.com/gpu`` at ``path``, None for others."""
     data = yaml.safe_load(path.read_text())
     if not isinstance(data, dict) or data.get("kind") != KIND:
@@ -63,10 +62,12 @@ def read_toolkit_spec(root: Path, directories: Sequence[str]) -> ToolkitSpec:
             entries = sorted(p for p in base.iterdir() if p.suffix in _SUFFIXES)
         except OSError:
             continue
+        if entries:  # imported only when there is a spec to read: a worker's memory
+            import yaml
         for path in entries:
             host_path = f"{directory.rstrip('/')}/{path.name}"
             try:
-                found = _devices(path)
+                found = _devices(yaml, path)
             except (OSError, yaml.YAMLError) as exc:
                 problems.append(f"{host_path}: {exc}")
                 continue

@@ -51,6 +51,9 @@ class DriverInfo:
     kind: str = "driver"
     notes: list[str] = field(default_factory=list)
     restarts: int = 0
+    #: ``module:attribute`` of the entry point: the worker imports it without reading
+    #: every distribution's metadata again.
+    entry_point: str = ""
 
 
 @dataclass
@@ -111,7 +114,11 @@ def load_plugins(
     for ep in found:
         dist, version = _distribution_of(ep)
         info = DriverInfo(
-            name=ep.name, distribution=dist, version=version, status=DriverStatus.ACTIVE
+            name=ep.name,
+            distribution=dist,
+            version=version,
+            status=DriverStatus.ACTIVE,
+            entry_point=ep.value,
         )
         owner = owners.get(ep.name)
         if owner == dist:

@@ -73,8 +73,10 @@ class WorkerProcess:
         on_notify: Callable[[str], None],
         on_watch_error: Callable[[str, str], None],
         log_level: str = "info",
+        entry_point: str = "",
     ) -> None:
         self.driver = driver
+        self.entry_point = entry_point
         self.distribution = distribution
         self.group = group
         self.on_notify = on_notify
@@ -100,12 +102,10 @@ class WorkerProcess:
 
     # -- start -----------------------------------------------------------------------------
 
-    async def start(self, timeout: float) -> None:
-        """Spawn the worker and wait until the driver is imported and registered.
-
-        Raises ``DriverUnavailable`` (no hardware or vendor library), ``DriverError`` (the
-        import failed or the driver is invalid) or ``WorkerExited`` (it died or hung).
-        """
+    async def spawn(self) -> None:
+        """Start the worker process; it imports its driver while the host goes on."""
+        if self._process is not None:
+            return
         parent, child = socket.socketpair()
         try:
             self._process = await asyncio.create_subprocess_exec(
@@ -122,6 +122,7 @@ class WorkerProcess:
                 self.distribution,
                 "--log-level",
                 self.log_level,
+                *(("--entry-point", self.entry_point) if self.entry_point else ()),
                 pass_fds=(child.fileno(),),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
@@ -137,6 +138,15 @@ class WorkerProcess:
             asyncio.create_task(self._read_stderr(), name=f"worker-{self.driver}-stderr"),
             asyncio.create_task(self._wait_exit(), name=f"worker-{self.driver}-exit"),
         ]
+
+    async def start(self, timeout: float) -> None:
+        """Spawn the worker (unless ``spawn`` already did) and wait until the driver is
+        imported and registered.
+
+        Raises ``DriverUnavailable`` (no hardware or vendor library), ``DriverError`` (the
+        import failed or the driver is invalid) or ``WorkerExited`` (it died or hung).
+        """
+        await self.spawn()
         try:
             async with asyncio.timeout(timeout):
                 ready = await asyncio.shield(self._ready)

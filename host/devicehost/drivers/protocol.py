@@ -65,12 +65,23 @@ class NotPlain(TypeError):
     """A driver returned something that has no plain-data form (a socket, a lambda, …)."""
 
 
+#: Field names per dataclass type: ``dataclasses.fields`` rebuilds its tuple at every call,
+#: and a snapshot converts thousands of devices, each with nested edits.
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def to_plain(value: Any, depth: int = 0) -> Any:
     """``value`` as JSON-ready data: dataclasses by their declared fields, enums by value,
     paths as strings, any iterable as a list. Runs in the worker, on the driver's answer;
     the host checks the result again, so this only has to be total, not trusting."""
     if depth > 32:
         raise NotPlain("nested more than 32 levels deep")
+    kind = type(value)
+    if kind is str or kind is int or kind is bool:
+        return value
+    names = _FIELD_NAMES.get(kind)
+    if names is not None:
+        return {name: to_plain(getattr(value, name), depth + 1) for name in names}
     if value is None or isinstance(value, bool | int | str):
         return value.value if isinstance(value, enum.Enum) else value
     if isinstance(value, float):
@@ -82,9 +93,8 @@ def to_plain(value: Any, depth: int = 0) -> Any:
     if isinstance(value, PurePath):
         return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            f.name: to_plain(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)
-        }
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in dataclasses.fields(value))
+        return {name: to_plain(getattr(value, name), depth + 1) for name in names}
     if isinstance(value, Mapping):
         return {str(k): to_plain(v, depth + 1) for k, v in value.items()}
     if isinstance(value, bytes | bytearray):

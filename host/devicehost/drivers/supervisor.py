@@ -62,8 +62,11 @@ class DriverHandle:
         first_restart: float = FIRST_RESTART_SECONDS,
         on_restart: Callable[[str], None] | None = None,
         on_error: Callable[[str, str], None] | None = None,
+        prestarted: WorkerProcess | None = None,
     ) -> None:
         self.info = info
+        #: A worker spawned before the host was built (``devicehost run``), for the first run.
+        self._prestarted = prestarted
         self.name = info.name
         self.start_timeout = start_timeout
         self.on_notify = on_notify or (lambda resource: None)
@@ -130,14 +133,19 @@ class DriverHandle:
             self.info.restarts += 1
             if self.on_restart:
                 self.on_restart(self.name)
-        process = WorkerProcess(
-            self.name,
-            self.info.distribution,
-            DRIVER_GROUP,
-            on_notify=self.on_notify,
-            on_watch_error=self._watch_error,
-            log_level=self.log_level,
-        )
+        process, self._prestarted = self._prestarted, None
+        if process is None:
+            process = WorkerProcess(
+                self.name,
+                self.info.distribution,
+                DRIVER_GROUP,
+                on_notify=self.on_notify,
+                on_watch_error=self._watch_error,
+                log_level=self.log_level,
+                entry_point=self.info.entry_point,
+            )
+        else:
+            process.on_notify, process.on_watch_error = self.on_notify, self._watch_error
         self.process = process
         started = time.monotonic()
         try:
@@ -209,5 +217,7 @@ class DriverHandle:
     async def stop(self) -> None:
         """Ask the worker to shut down (bounded), and stop restarting it."""
         self._stopping = True
+        if self._prestarted is not None:  # never brought up
+            await self._prestarted.stop(STOP_GRACE_SECONDS)
         if self.process is not None:
             await self.process.stop(STOP_GRACE_SECONDS)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
+import importlib
 import inspect
 import logging
 import os
@@ -29,12 +29,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from importlib_metadata import EntryPoint, entry_points
-
 from devicehost import hookspecs
 from devicehost.drivers.plugin_manager import new_plugin_manager, register
 from devicehost.drivers.protocol import HEADER, NotPlain, body_length, decode, encode, to_plain
 from devicehost.errors import DriverUnavailable, RequestRefused
+from devicehost.subprocesses import die_with_parent
 
 log = logging.getLogger("devicehost.worker")
 
@@ -45,31 +44,35 @@ WATCH_RESTART_MAX_SECONDS = 30.0
 PATH_ARGUMENTS = frozenset({"root"})
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when the host dies, even by ``kill -9``."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:  # the host died before prctl took effect
-            os._exit(0)
-
-
-def _missing_vendor_module(exc: BaseException, ep: EntryPoint) -> str | None:
+def _missing_vendor_module(exc: BaseException, value: str) -> str | None:
     """The name of a missing third-party module, if that is why the import failed."""
     if not isinstance(exc, ModuleNotFoundError) or not exc.name:
         return None
-    own_package = ep.value.split(":", 1)[0].split(".", 1)[0]
+    own_package = value.split(":", 1)[0].split(".", 1)[0]
     if exc.name.split(".", 1)[0] == own_package:
         return None
     return exc.name
 
 
-def _find_entry_point(group: str, name: str, distribution: str) -> EntryPoint | None:
+def _find_entry_point(group: str, name: str, distribution: str) -> str | None:
+    """``module:attribute`` of the driver's entry point, read from the installed metadata
+    (only when the host did not pass it: reading metadata costs start-up time and memory)."""
+    from importlib_metadata import entry_points
+
     for ep in entry_points(group=group, name=name):
         dist = ep.dist
         if dist is None or not distribution or (dist.metadata["Name"] or dist.name) == distribution:
-            return ep  # type: ignore[no-any-return]
+            return ep.value  # type: ignore[no-any-return]
     return None
+
+
+def _load_object(value: str) -> Any:
+    """The object an entry-point value names, as ``EntryPoint.load`` finds it."""
+    module, _, attribute = value.partition(":")
+    obj = importlib.import_module(module.strip())
+    for part in filter(None, attribute.strip().split(".")):
+        obj = getattr(obj, part)
+    return obj
 
 
 class Worker:
@@ -115,25 +118,25 @@ class Worker:
 
     # -- loading ---------------------------------------------------------------------------
 
-    def load(self, group: str, distribution: str) -> bool:
+    def load(self, group: str, distribution: str, value: str = "") -> bool:
         """Import the driver and register it; tell the host how that went."""
-        ep = _find_entry_point(group, self.name, distribution)
-        if ep is None:
+        value = value or _find_entry_point(group, self.name, distribution) or ""
+        if not value:
             self.send({"failed": f"no entry point {self.name!r} in group {group!r}"})
             return False
         try:
-            obj = ep.load()
+            obj = _load_object(value)
             plugin = obj() if inspect.isclass(obj) else obj
         except DriverUnavailable as exc:
             self.send({"unavailable": str(exc)})
             return False
         except BaseException as exc:  # SystemExit and KeyboardInterrupt at import too
-            missing = _missing_vendor_module(exc, ep)
+            missing = _missing_vendor_module(exc, value)
             if missing:
                 self.send({"unavailable": f"vendor library {missing!r} is not installed"})
             else:
-                log.error("import of %s failed", ep.value, exc_info=True)
-                self.send({"failed": f"import of {ep.value} failed: {type(exc).__name__}: {exc}"})
+                log.error("import of %s failed", value, exc_info=True)
+                self.send({"failed": f"import of {value} failed: {type(exc).__name__}: {exc}"})
             return False
         problem = register(self.pm, plugin, self.name)
         if problem:
@@ -268,8 +271,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", required=True, help="entry-point name of the driver")
     parser.add_argument("--distribution", default="", help="distribution that provides it")
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--entry-point", default="", help="module:attribute of the driver")
     args = parser.parse_args(argv)
-    _die_with_parent()
+    die_with_parent()
     # The driver's prints, and C libraries writing to fd 1, go to the log, not anywhere else.
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -282,7 +286,7 @@ def main(argv: list[str] | None = None) -> None:
     threading.excepthook = _excepthook
     channel = socket.socket(fileno=args.fd)
     worker = Worker(channel, args.name)
-    if worker.load(args.group, args.distribution):
+    if worker.load(args.group, args.distribution, args.entry_point):
         worker.serve()
     sys.stderr.flush()
     os._exit(0)

@@ -357,12 +357,17 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     # -- gRPC ------------------------------------------------------------------------------
 
     async def _answer(
-        self, method: str, context: Context, answer: Callable[[Span], Awaitable[T]]
+        self,
+        method: str,
+        context: Context,
+        answer: Callable[[Span], Awaitable[T]],
+        attributes: dict[str, Any] | None = None,
     ) -> T:
         """Run one request in its span: the gRPC status on the span, a refusal as a status to
-        the kubelet, an unexpected error as INTERNAL (never a dropped call)."""
+        the kubelet, an unexpected error as INTERNAL (never a dropped call). ``attributes``
+        known up front are given at the span's start: one validation pass in the SDK."""
         with self.tracing.rpc_span(
-            method, self.resource, self.driver, context.invocation_metadata()
+            method, self.resource, self.driver, context.invocation_metadata(), attributes
         ) as span:
             try:
                 result = await answer(span)
@@ -399,8 +404,6 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         containers = [list(c.devices_ids) for c in request.container_requests]
 
         async def answer(span: Span) -> pb.AllocateResponse:
-            span.set_attribute(tracing.CONTAINER_COUNT, len(containers))
-            span.set_attribute(tracing.REQUESTED, [i for ids in containers for i in ids])
             self.check_not_shared(containers)
             responses = [
                 await self.allocate_one(ids, index) for index, ids in enumerate(containers)
@@ -413,7 +416,13 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         started = time.perf_counter()
         result = "ok"
         try:
-            return await self._answer("Allocate", context, answer)
+            attributes = None
+            if self.tracing.enabled:
+                attributes = {
+                    tracing.CONTAINER_COUNT: len(containers),
+                    tracing.REQUESTED: [i for ids in containers for i in ids],
+                }
+            return await self._answer("Allocate", context, answer, attributes)
         except BaseException:
             result = _result(context.code())
             raise

@@ -45,6 +45,8 @@ if TYPE_CHECKING:  # the SDK is imported only when tracing is on: start-up stays
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
+    from devicehost.telemetry.export_process import ProcessSpanProcessor
+
 log = logging.getLogger(__name__)
 
 INSTRUMENTATION = "devicehost"
@@ -198,6 +200,7 @@ class Tracing:
         self.tracer = provider.get_tracer(INSTRUMENTATION) if provider else trace.NoOpTracer()
         self.enabled = provider is not None
         self.activity = Activity()
+        self.sender: ProcessSpanProcessor | None = None
 
     @classmethod
     def from_config(
@@ -223,9 +226,19 @@ class Tracing:
         if SERVICE_INSTANCE not in from_env:
             attributes[SERVICE_INSTANCE] = instance_id(from_env)
         provider = TracerProvider(resource=Resource.create(attributes))
-        exporter = exporter or otlp_exporter(endpoint)
-        tracing = cls(provider, node_name, exporter)
-        provider.add_span_processor(IdleSpanProcessor(exporter, tracing.activity))
+        if exporter is None:
+            # Encoding and sending happen in a process of their own: off the GIL that
+            # serves the kubelet (``export_process``).
+            from devicehost.telemetry.export_process import ProcessSpanProcessor
+
+            tracing = cls(provider, node_name)
+            tracing.sender = ProcessSpanProcessor(
+                endpoint, dict(provider.resource.attributes), (INSTRUMENTATION, version)
+            )
+            provider.add_span_processor(tracing.sender)
+        else:  # an exporter object given in process (tests, embedding)
+            tracing = cls(provider, node_name, exporter)
+            provider.add_span_processor(IdleSpanProcessor(exporter, tracing.activity))
         log.info("tracing to %s", redact_url(endpoint) if endpoint else type(exporter).__name__)
         return tracing
 
@@ -236,6 +249,15 @@ class Tracing:
         retries end at once: a pod must stop within its grace period, spans or not.
         """
         if self.provider is None:
+            return
+        if self.sender is not None:
+            if not self.sender.close(flush_seconds):
+                log.warning(
+                    "tracing: the collector did not take the last spans within %.0f s; they "
+                    "are dropped",
+                    flush_seconds,
+                )
+            self.provider.shutdown()
             return
         # force_flush's own timeout does not cover the exporter's retries: bound it here.
         flusher = threading.Thread(target=self.provider.force_flush, daemon=True, name="span-flush")
@@ -258,8 +280,10 @@ class Tracing:
         resource: str,
         driver: Any,
         metadata: Iterable[tuple[str, Any]] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Iterator[Span]:
-        """A SERVER span for one kubelet request; a ``traceparent`` in metadata is its parent."""
+        """A SERVER span for one kubelet request; a ``traceparent`` in metadata is its parent;
+        ``extra`` attributes are set at its start."""
         if not self.enabled:  # no context switching at all when tracing is off
             yield trace.INVALID_SPAN
             return
@@ -273,6 +297,8 @@ class Tracing:
         }
         if self.node_name:
             attributes[NODE] = self.node_name
+        if extra:
+            attributes.update(extra)
         self.activity.begin()
         try:
             with self.tracer.start_as_current_span(

@@ -1,0 +1,49 @@
+"""Checks on the device-plugin directory that need no gRPC: ``devicehost run`` makes them
+before importing the rest of the host, so a wrong path is one clear line, at once."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: sun_path of a unix socket address holds 108 bytes, the last one a NUL.
+MAX_SOCKET_PATH_BYTES = 107
+#: The shortest socket file name the host uses, for checking the directory up front.
+_SHORTEST_SOCKET = "devicehost-x.sock"
+
+
+def socket_path_problem(path: Path) -> str | None:
+    """Why no unix socket can be bound at ``path`` (too long), or None."""
+    size = len(os.fsencode(path))
+    if size <= MAX_SOCKET_PATH_BYTES:
+        return None
+    return (
+        f"socket path {path} is {size} bytes, over the {MAX_SOCKET_PATH_BYTES}-byte limit "
+        "of unix socket paths: use a shorter --plugin-dir (or a shorter resource name)"
+    )
+
+
+def plugin_dir_problem(plugin_dir: Path) -> str | None:
+    """Why sockets cannot be created in ``plugin_dir``, with what to do; None when they can.
+
+    A missing directory is fine when it can be created (the kubelet may start later).
+    """
+    hint = (
+        "run as root (the DaemonSet does), or point --plugin-dir at a directory you may "
+        "write (the kubelet's own is /var/lib/kubelet/device-plugins)"
+    )
+    existing = plugin_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing != plugin_dir and not existing.is_dir():
+        return f"plugin directory {plugin_dir} cannot be created: {existing} is not a directory"
+    if existing == plugin_dir and not plugin_dir.is_dir():
+        return f"plugin directory {plugin_dir} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        if existing == plugin_dir:
+            return f"cannot create sockets in {plugin_dir}: permission denied; {hint}"
+        return (
+            f"plugin directory {plugin_dir} does not exist and cannot be created "
+            f"({existing} is not writable); {hint}"
+        )
+    return socket_path_problem(plugin_dir / _SHORTEST_SOCKET)
