@@ -30,6 +30,7 @@ from bench.harness import (
     socket_of,
     summary,
     tree_cpu_seconds,
+    tree_pss_mib,
     tree_rss_mib,
     verdict,
     wait_resources,
@@ -324,16 +325,19 @@ def memory(ws: Workspace, allocations: int) -> dict[str, Any]:
         _memory_runs(ws, allocations, fewer, receiver.endpoint, results)
     dh = results["devicehost"]
     return {
-        "what": "VmRSS summed over the process and all its children (devicehost: the host "
+        "what": "PSS and VmRSS summed over the process and all its children (devicehost: the host "
         f"and one worker per driver, {', '.join(VENDOR_DRIVERS)} simulated), after start "
         f"and after {allocations} more Allocates (8 in flight; {fewer} for the minimal "
         "plugin and for devicehost with tracing on to a real receiver)",
-        "goal": "devicehost (default config) <= 100 MiB together; no growth over the "
-        "Allocates (<= 2 MiB, page noise)",
+        "goal": "devicehost (default config) <= 100 MiB together (PSS summed: the tree's "
+        "own memory, each shared page counted once; the VmRSS sum, which counts the "
+        "interpreter's shared pages in every process, is given beside it as an upper bound); "
+        "no growth over the Allocates (<= 2 MiB, page noise)",
         "allocations": allocations,
         "results": results,
         "goals": {
-            "total_mib": verdict(dh["after_mib"], 100.0),
+            "total_mib": verdict(dh["pss_after_mib"], 100.0),
+            "rss_sum_mib_upper_bound": verdict(dh["after_mib"], 100.0),
             "growth_mib": verdict(dh["growth_mib"], 2.0),
         },
         "spans_received": receiver.spans,
@@ -363,15 +367,19 @@ def _memory_runs(
             _allocate_many(socket, ids, 1000)  # warm: first calls allocate lasting caches
             time.sleep(1.0)
             after_start = tree_rss_mib(process.pid)
+            pss_start = tree_pss_mib(process.pid)
             started = time.perf_counter()
             _allocate_many(socket, ids, count)
             took = time.perf_counter() - started
             time.sleep(2.0)  # let the span exporter drain its last batches
             after = tree_rss_mib(process.pid)
+            pss_after = tree_pss_mib(process.pid)
         results[name] = {
             "before_mib": after_start["total_mib"],
             "after_mib": after["total_mib"],
             "growth_mib": round(after["total_mib"] - after_start["total_mib"], 1),
+            "pss_before_mib": pss_start,
+            "pss_after_mib": pss_after,
             "processes": after["processes"],
             "per_process_before": after_start,
             "per_process_after": after,

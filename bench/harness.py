@@ -221,6 +221,15 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+def pss_mib(pid: int) -> float:
+    """Proportional set size: each shared page divided among the processes mapping it, so
+    the sum over a process tree is the memory the tree itself occupies."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    raise RuntimeError(f"no Pss for pid {pid}")
+
+
 def process_tree(pid: int) -> list[int]:
     """``pid`` and every descendant alive now (the host and its driver workers)."""
     found, todo = [], [pid]
@@ -241,6 +250,16 @@ def tree_rss_mib(pid: int) -> dict[str, float]:
         with contextlib.suppress(OSError, RuntimeError):
             each[str(member)] = rss_mib(member)
     return {"total_mib": round(sum(each.values()), 1), "processes": len(each), **each}
+
+
+def tree_pss_mib(pid: int) -> float:
+    """PSS summed over ``pid`` and its descendants: the tree's memory, shared pages (the
+    interpreter, libc, the model's modules) counted once across the processes."""
+    total = 0.0
+    for member in process_tree(pid):
+        with contextlib.suppress(OSError, RuntimeError):
+            total += pss_mib(member)
+    return round(total, 1)
 
 
 def tree_cpu_seconds(pid: int) -> float:
