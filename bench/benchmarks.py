@@ -36,6 +36,7 @@ from bench.harness import (
     wait_resources,
 )
 from bench.receiver import receiver_process
+from bench.span_cost import span_cost
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from devicehost.testing import KubeletStandIn
@@ -87,6 +88,13 @@ def allocate_round_trip(ws: Workspace, runs: int, count: int) -> dict[str, Any]:
         for name in ("devicehost_tracing_off", "devicehost_tracing_on")
     }
     on = ratios["devicehost_tracing_on"]
+    with receiver_process() as receiver_for_spans:
+        spans = span_cost(receiver_for_spans.endpoint, count * runs)
+    added = {
+        q: round(spans["tracing_on"][f"{q}_us"] - spans["tracing_off"][f"{q}_us"], 1)
+        for q in ("p50", "p99")
+    }
+    share = {q: round(added[q] / 1000 / base[f"{q}_ms"], 3) for q in ("p50", "p99")}
     return {
         "what": f"Allocate round trip, 1 device, median of {runs} interleaved runs of {count} "
         f"back-to-back calls over one client channel; devicehost serves "
@@ -96,9 +104,17 @@ def allocate_round_trip(ws: Workspace, runs: int, count: int) -> dict[str, Any]:
         "plugin's (tracing off)",
         "results": table,
         "ratio_to_minimal": ratios,
+        "tracing_cost_in_host": {
+            "what": "the request span's own time in the host (bench.span_cost), tracing on "
+            "minus off, as a share of the minimal plugin's Allocate at the same quantile",
+            "spans": spans,
+            "added_us": added,
+            "share_of_minimal_allocate": share,
+        },
         "goals": {
             "p50_tracing_on_vs_minimal": verdict(on["p50"], 1.1),
             "p99_tracing_on_vs_minimal": verdict(on["p99"], 1.3),
+            "tracing_cost_in_host_at_p99": verdict(share["p99"], 0.10),
         },
         "spans_received": receiver.spans,
     }

@@ -137,6 +137,26 @@ def test_incoming_traceparent_is_honoured(traced, kubelet, receiver):
     assert span.parent_span_id.hex() == parent_id
 
 
+def test_the_sampler_decides_which_requests_are_recorded(traced, kubelet, receiver):
+    """The standard parent-based sampler rules the request span: a traceparent that is not
+    sampled records nothing, a sampled one is recorded in its trace."""
+    traced()
+    socket = kubelet.plugin_dir / "devicehost-test.example_dev.sock"
+    dropped, kept = "1" * 32, "2" * 32
+    with grpc.insecure_channel(f"unix://{socket}") as channel:
+        for trace_id, flags in ((dropped, "00"), (kept, "01")):
+            pb_grpc.DevicePluginStub(channel).Allocate(
+                pb.AllocateRequest(
+                    container_requests=[pb.ContainerAllocateRequest(devices_ids=["dev-0"])]
+                ),
+                metadata=[("traceparent", f"00-{trace_id}-{'3' * 16}-{flags}")],
+            )
+    receiver.wait_for(
+        lambda s: s.name == ALLOCATE and s.trace_id.hex() == kept, 10.0, "the sampled span"
+    )
+    assert [s.trace_id.hex() for s in receiver.named(ALLOCATE)] == [kept]
+
+
 def test_preferred_allocation_and_registration_are_traced(traced, kubelet, receiver):
     """GetPreferredAllocation records each container's chosen IDs as an event under fixed
     keys; each Register attempt is a span."""

@@ -40,6 +40,7 @@ from opentelemetry.propagate import extract
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from devicehost.config import redact_url
+from devicehost.telemetry.request_span import start_request_span
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is on: start-up stays fast
     from opentelemetry.sdk.trace import TracerProvider
@@ -301,6 +302,17 @@ class Tracing:
             attributes.update(extra)
         self.activity.begin()
         try:
+            if self.sender is not None:  # the hot path: a plain span (request_span.py)
+                span = start_request_span(
+                    self.provider, self.sender.on_end, attributes[RPC_METHOD], parent, attributes
+                )
+                token = otel_context.attach(trace.set_span_in_context(span))
+                try:
+                    yield span
+                finally:
+                    otel_context.detach(token)
+                    span.end()
+                return
             with self.tracer.start_as_current_span(
                 attributes[RPC_METHOD],
                 context=parent,
