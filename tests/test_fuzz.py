@@ -598,6 +598,7 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "enabledDrivers": st.one_of(st.none(), NAMES, NAMES.map(",".join)),
     "disabledDrivers": st.one_of(NAMES, NAMES.map(",".join)),
     "scanIntervalSeconds": SECONDS,
+    "watchedScanIntervalSeconds": SECONDS,
     "hookTimeoutSeconds": SECONDS,
     "driverStartTimeoutSeconds": SECONDS,
     "registration.initialBackoffSeconds": SECONDS,

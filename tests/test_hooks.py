@@ -131,6 +131,29 @@ def test_watch_notify_rescans_at_once(alpha, kubelet):
     kubelet.wait_devices(RES, lambda d: "dev-9" in d)
 
 
+def test_enumerate_interval_is_longer_for_a_driver_that_watches(install, run_host, kubelet):
+    """A driver with a watch hook is re-enumerated on watchedScanIntervalSeconds (a safety
+    net); one without it on scanIntervalSeconds."""
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    install("devicehost-plain", drivers={"plain": "testdrivers.scripted:WithoutWatch"})
+    host = run_host(
+        enabled_drivers=("alpha", "plain"),
+        drivers={"alpha": {"resources": {RES: 1}}, "plain": {"resources": {BETA: 1}}},
+        scan_interval=0.05,
+        watched_scan_interval=3600.0,
+    )
+    kubelet.wait_registered(RES)
+    kubelet.wait_registered(BETA)
+    watching, plain = scripted_control(host, RES), scripted_control(host, BETA)
+
+    def enumerations(control):
+        return sum(call[0] == "devicehost_enumerate" for call in control.calls)
+
+    eventually(lambda: enumerations(plain) >= 10, timeout=10)
+    # The watching driver: its first snapshot and the scan as its watch started, no more.
+    assert enumerations(watching) <= 2
+
+
 def test_watch_start_is_followed_by_a_scan_so_no_change_is_missed(alpha, kubelet):
     """A change between the host's first scan and the start of the driver's watch reaches
     the kubelet without a notify and long before the next interval scan: the host

@@ -173,6 +173,7 @@ class HostConfig:
     enabled_drivers: tuple[str, ...] | None = None
     disabled_drivers: tuple[str, ...] = ()
     scan_interval: float = 10.0
+    watched_scan_interval: float = 60.0
     hook_timeout: float = 10.0
     driver_start_timeout: float = 30.0
     initial_backoff: float = 0.1
@@ -270,7 +271,15 @@ SETTINGS: tuple[Setting, ...] = (
         "scan_interval",
         _positive_float,
         "DEVICEHOST_SCAN_INTERVAL",
-        "seconds between full re-enumerations",
+        "seconds between full re-enumerations of a driver without a watch hook",
+    ),
+    Setting(
+        "watchedScanIntervalSeconds",
+        "watched_scan_interval",
+        _positive_float,
+        "DEVICEHOST_WATCHED_SCAN_INTERVAL",
+        "seconds between safety re-enumerations of a driver whose watch hook reports "
+        "changes itself",
     ),
     Setting(
         "hookTimeoutSeconds",

@@ -321,10 +321,13 @@ class Host:
         notes = notes_from_plain(await process.call("devicehost_notes", timeout))
         handle.info.notes = notes + [f"resource refused: {p}" for p in problems]
         states = self._claim(handle, specs, first)
+        # A driver whose watch notices changes is re-enumerated only as a safety net: the
+        # scans are most of an idle node's CPU (docs/performance.md).
+        watched = handle.implements("devicehost_watch")
         scanner = Scanner(
             handle,
             states,
-            config.scan_interval,
+            config.watched_scan_interval if watched else config.scan_interval,
             timeout,
             on_error=self.telemetry.driver_error,
         )

@@ -274,3 +274,9 @@ class ChangesBeforeItsWatch(Scripted):
         self, resource: str, notify: Callable[[], None], stop: threading.Event
     ) -> None:
         stop.wait()
+
+
+class WithoutWatch(Scripted):
+    """The scripted driver without a watch hook: the host learns of changes by scanning."""
+
+    devicehost_watch = None  # type: ignore[assignment]

@@ -55,6 +55,7 @@ def host_config(plugin_dir: Path, fake_root: FakeRoot) -> HostConfig:
         pod_resources_socket=None,
         metrics_address="",
         scan_interval=10.0,
+        watched_scan_interval=10.0,
         hook_timeout=2.0,
         initial_backoff=0.05,
         max_backoff=0.5,
