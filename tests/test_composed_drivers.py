@@ -19,7 +19,7 @@ from devicehost import ContainerEdits
 from devicehost.lifecycle import Resource
 from devicehost.testing import HostThread, KubeletStandIn
 from support import eventually
-from testdrivers.declaring import JOINED
+from testdrivers.declaring import JOINED, write_devices
 
 DRIVERS = ["nvidia", "ascend", "rdma", "template"]
 #: Shared RDMA pools advertise many slots of the same devices; "every device" takes this
@@ -118,3 +118,26 @@ def test_a_drivers_allocate_answer_is_merged_with_the_composed_edits(
     nodes = {d.host_path for d in answer.devices}
     composed, _ = declared_paths(resource.spec.edits)
     assert composed | {"/dev/declared1", "/dev/declared2", "/dev/declared-session"} == nodes
+
+
+def test_a_device_whose_edits_change_is_answered_with_its_new_edits(
+    install, run_host, kubelet: KubeletStandIn, tmp_path
+):
+    """A one-device answer is composed once per snapshot: when only a device's edits change
+    (no health or membership change), the next Allocate of it carries the new edits."""
+    install("devicehost-declaring", drivers={"declaring": "testdrivers.declaring:Declaring"})
+    devices = tmp_path / "devices.json"
+    write_devices(devices, [{"id": "dev-0", "index": 0}, {"id": "dev-1", "index": 1}])
+    run_host(enabled_drivers=("declaring",), drivers={"declaring": {"devicesFile": str(devices)}})
+    resource = "test.example/declared"
+    kubelet.wait_devices(resource, lambda d: len(d) == 2)
+
+    def nodes() -> set[str]:
+        return {d.host_path for d in kubelet.allocate(resource, [["dev-1"]])[0].devices}
+
+    assert "/dev/declared1" in nodes()
+    write_devices(
+        devices, [{"id": "dev-0", "index": 0}, {"id": "dev-1", "index": 1, "node": "/dev/moved"}]
+    )
+    eventually(lambda: "/dev/moved" in nodes())
+    assert "/dev/declared1" not in nodes()

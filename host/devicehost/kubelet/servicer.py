@@ -145,6 +145,11 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         self._list: tuple[int, pb.ListAndWatchResponse] | None = None
         self._encoded: dict[Device, bytes] = {}
         self._numa: tuple[int, dict[str, int]] | None = None
+        #: One device's whole answer, per snapshot: what a container needs from a device is
+        #: a fixed property of the snapshot, like its ListAndWatch entry. Keyed by the
+        #: snapshot's device mapping itself, which is replaced on any change — edits alone
+        #: included, which do not bump the version streams wait on.
+        self._answers: tuple[object, dict[str, pb.ContainerAllocateResponse]] = (None, {})
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -232,9 +237,37 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         """Compose one container's answer from the snapshot; call the driver only when it
         implements ``allocate`` (work that must happen at allocation time)."""
         self.check_known(device_ids, healthy=True)
+        if len(device_ids) == 1 and self._answer_is_fixed():
+            return self._one_device_answer(device_ids[0])
         extra = NO_EDITS
         if self.driver.implements("devicehost_allocate"):
             extra = await self._driver_allocation(device_ids, index)
+        return self._compose(device_ids, extra)
+
+    def _answer_is_fixed(self) -> bool:
+        """True when a device's answer depends on the snapshot alone: no driver call, no
+        policy and no CDI spec in between."""
+        return (
+            self.cdi is None
+            and not (self.policies is not None and self.policies.active)
+            and not self.driver.implements("devicehost_allocate")
+        )
+
+    def _one_device_answer(self, device_id: str) -> pb.ContainerAllocateResponse:
+        """A single device's answer, composed once per snapshot (as ListAndWatch caches each
+        device's bytes)."""
+        snapshot, answers = self._answers
+        if snapshot is not self.state.devices:
+            answers = {}
+            self._answers = (self.state.devices, answers)
+        answer = answers.get(device_id)
+        if answer is None:
+            answer = answers[device_id] = self._compose([device_id], NO_EDITS)
+        return answer
+
+    def _compose(
+        self, device_ids: Sequence[str], extra: Allocation
+    ) -> pb.ContainerAllocateResponse:
         try:
             edits = compose(self.spec, self.state.devices, device_ids, extra)
             if self.policies is not None:

@@ -9,7 +9,8 @@ the host itself, never kept in two places.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import prometheus_client
 import prometheus_client.exposition
@@ -62,14 +63,31 @@ class Counter:
         self._counter = prometheus_client.Counter(
             name.removesuffix("_total"), help_text, self.label_names, registry=registry
         )
+        self._children: dict[tuple[str, ...], Any] = {}
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
-        target = self._counter.labels(**labels) if self.label_names else self._counter
-        target.inc(amount)
+        _child(self._counter, self._children, self.label_names, labels).inc(amount)
 
     def value(self, **labels: str) -> float:
         wanted = {n: labels[n] for n in self.label_names}
         return self._registry.get_sample_value(self.name, wanted) or 0.0
+
+
+def _child(
+    metric: Any,
+    children: dict[tuple[str, ...], Any],
+    names: tuple[str, ...],
+    labels: Mapping[str, str],
+) -> Any:
+    """The labelled series, looked up once per label values: ``labels()`` validates and
+    locks on every call, on the Allocate path."""
+    if not names:
+        return metric
+    key = tuple(labels[n] for n in names)
+    child = children.get(key)
+    if child is None:
+        child = children[key] = metric.labels(*key)
+    return child
 
 
 class Histogram:
@@ -89,10 +107,10 @@ class Histogram:
         self._histogram = prometheus_client.Histogram(
             name, help_text, self.label_names, registry=registry, buckets=tuple(buckets)
         )
+        self._children: dict[tuple[str, ...], Any] = {}
 
     def observe(self, value: float, **labels: str) -> None:
-        target = self._histogram.labels(**labels) if self.label_names else self._histogram
-        target.observe(value)
+        _child(self._histogram, self._children, self.label_names, labels).observe(value)
 
     def count(self, **labels: str) -> int:
         wanted = {n: labels[n] for n in self.label_names}
