@@ -9,11 +9,13 @@ is a ``DriverError`` naming the driver and hook.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from devicehost.errors import DriverError
+from devicehost.kubelet.plugin_dir import MAX_SOCKET_PATH_BYTES
 from devicehost.model import (
     MAX_DEVICE_ID_LENGTH,
     ContainerEdits,
@@ -28,8 +30,6 @@ from devicehost.model import (
 
 #: Linux supports at most 1024 NUMA nodes (CONFIG_NODES_SHIFT ≤ 10).
 MAX_NUMA_NODE = 1023
-#: ``sun_path`` is 108 bytes including the terminating NUL.
-MAX_SOCKET_PATH_BYTES = 107
 MAX_NOTE_LENGTH = 500
 _HEALTH = {h.value: h for h in Health}
 
@@ -161,7 +161,7 @@ def spec_from_plain(data: Any, plugin_dir: Path) -> ResourceSpec:
     if not all(isinstance(e, str) for e in spec.joined_envs):
         raise Invalid(f"resource {name!r}: joined_envs must be env variable names")
     socket_path = plugin_dir / spec.socket_name
-    if len(str(socket_path).encode()) > MAX_SOCKET_PATH_BYTES:
+    if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH_BYTES:
         raise Invalid(socket_path_problem(name, socket_path))
     return spec
 
@@ -170,7 +170,7 @@ def socket_path_problem(resource: str, socket_path: Path) -> str:
     """What to say when ``<plugin dir>/<socket file>`` is over the unix socket limit."""
     return (
         f"resource {resource!r}: its socket path {socket_path} is "
-        f"{len(str(socket_path).encode())} bytes, over the {MAX_SOCKET_PATH_BYTES}-byte limit "
+        f"{len(os.fsencode(socket_path))} bytes, over the {MAX_SOCKET_PATH_BYTES}-byte limit "
         "of a unix socket path; use a shorter pluginDir or resource name"
     )
 

@@ -142,8 +142,7 @@ class DirectoryWatcher:
                     continue
                 event = await inotify.get()
                 if event.path == self.directory:
-                    self._inotify = None
-                    inotify.close()
+                    self._close_inotify()
                     self._inotify = self._watch()
                 elif event.watch is not None and event.watch.path != self.directory:
                     continue  # a sibling in the parent directory: none of our business

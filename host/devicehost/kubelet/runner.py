@@ -16,7 +16,7 @@ import grpc
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from devicehost.config import HostConfig
-from devicehost.kubelet.plugin_dir import (  # re-exported: the checks live without gRPC
+from devicehost.kubelet.plugin_dir import (  # gRPC-free, so the CLI checks before importing
     plugin_dir_problem,
     socket_path_problem,
 )
