@@ -117,6 +117,10 @@ def machine(host, kubelet):
                 assert all(self.truth.get(i) is True for i in ids), "granted a bad device"
 
         def expected(self, containers: list[list[str]]) -> grpc.StatusCode:
+            owners = [{*ids} for ids in containers]
+            for index, ids in enumerate(owners):
+                if any(ids & other for other in owners[index + 1 :]):
+                    return grpc.StatusCode.INVALID_ARGUMENT  # one device, two containers
             for ids in containers:
                 if not ids or len(set(ids)) != len(ids):
                     return grpc.StatusCode.INVALID_ARGUMENT
