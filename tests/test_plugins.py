@@ -174,13 +174,16 @@ def test_policy_that_answers_instead_of_wrapping_is_refused(install):
 
 
 def test_a_worker_imports_neither_grpc_nor_opentelemetry():
-    """A driver's worker process carries only the driver, pluggy and devicehost's model:
-    gRPC, OpenTelemetry and the metadata reader stay in the host (memory, start-up)."""
+    """A worker forked from a fresh zygote carries only the zygote's imports (devicehost's
+    model, pluggy, the worker's code) and its driver: gRPC, OpenTelemetry and the metadata
+    reader stay in the host (memory, start-up). test_zygote.py checks the same of workers
+    forked by `devicehost run`."""
     import subprocess
     import sys
 
     probe = (
-        "import sys, devicehost.drivers.worker, devicehost_nvidia.driver; "
+        "import sys, devicehost.drivers.zygote, devicehost.drivers.worker, "
+        "devicehost_nvidia.driver; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & "
         "{'grpc', 'opentelemetry', 'importlib_metadata', 'prometheus_client'}))"
     )

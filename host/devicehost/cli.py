@@ -12,13 +12,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from devicehost import __version__
 from devicehost.config import SETTINGS, HostConfig, load_config
-from devicehost.drivers.discovery import DriverStatus
 from devicehost.errors import ConfigError
-from devicehost.telemetry.logs import setup_logging
 
 if TYPE_CHECKING:
+    from devicehost.drivers.zygote import Zygote
     from devicehost.lifecycle import Host
 
 log = logging.getLogger("devicehost")
@@ -130,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[_config_flags(tuple(_FLAGS), top_level=True)],
     )
-    parser.add_argument("--version", action="version", version=f"devicehost {__version__}")
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
@@ -200,6 +198,21 @@ def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argume
             found: argparse.ArgumentParser = action.choices[command]
             return found
     return parser
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed version is read only when asked, as reading package
+    metadata would cost every start (and the zygote forked from this process) its import."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.update(nargs=0, default=argparse.SUPPRESS)
+        super().__init__(option_strings, argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        from devicehost import __version__
+
+        print(f"devicehost {__version__}")
+        parser.exit()
 
 
 def _misplaced_flags(args: argparse.Namespace) -> list[str]:
@@ -290,6 +303,8 @@ async def _devices(config: HostConfig, as_json: bool) -> int:
 
 
 async def _check_driver_sections(config: HostConfig) -> None:
+    from devicehost.drivers.discovery import DriverStatus
+
     """Let each installed driver validate its own section (its configure raises ValueError),
     and check that every resource's socket path fits the unix limit."""
     host = _host(config)
@@ -357,10 +372,13 @@ def _command(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"devicehost: config error: {exc}", file=sys.stderr)
         return 2
-    # Only the daemon logs at info by default; one-shot commands keep their output clean.
-    quiet = args.command != "run" and getattr(args, "log_level", None) is None
-    setup_logging(config.log_format, "warning" if quiet else config.log_level)
+    if args.command != "run":  # run sets up its logging after forking the zygote
+        # Only the daemon logs at info by default; one-shot commands keep their output clean.
+        quiet = getattr(args, "log_level", None) is None
+        _setup_logging(config, "warning" if quiet else config.log_level)
     try:
+        if args.command == "run":
+            return _run(config)
         if args.command == "config":
             import yaml
 
@@ -384,40 +402,53 @@ def _command(args: argparse.Namespace) -> int:
             from devicehost.demo import run_demo
 
             return run_demo(config, keep_running=args.keep_running)
-        return _run(config)
+        raise AssertionError(f"unhandled command {args.command!r}")  # pragma: no cover
     except ConfigError as exc:
         print(f"devicehost: config error: {exc}", file=sys.stderr)
         return 2
 
 
+def _setup_logging(config: HostConfig, level: str) -> None:
+    from devicehost.telemetry.logs import setup_logging  # OpenTelemetry: after the fork
+
+    setup_logging(config.log_format, level)
+
+
 def _run(config: HostConfig) -> int:
     """``devicehost run``: check the plugin directory first, so a wrong path or missing
-    privilege is one clear line instead of a traceback or a retry loop."""
+    privilege is one clear line instead of a traceback or a retry loop.
+
+    The zygote that forks the drivers' workers is forked from this process first, while
+    it has imported little and started no thread (``drivers/zygote.py``)."""
     from devicehost.kubelet.plugin_dir import plugin_dir_problem
 
     problem = plugin_dir_problem(config.plugin_dir)
     if problem:
         print(f"devicehost: {problem}", file=sys.stderr)
         return 1
-    # The span exporter and driver threads share the GIL with the request loop; a short
-    # switch interval bounds how long a kubelet request can wait for it (default 5 ms).
-    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     # Every file the daemon creates is private from birth: sockets are 0600 before the
     # chmod that makes sure of it (CDI specs are made readable explicitly).
     os.umask(0o077)
-    asyncio.run(_serve(config))
+    from devicehost.drivers.zygote import Zygote
+
+    zygote = Zygote.fork()
+    _setup_logging(config, config.log_level)
+    # The span exporter and driver threads share the GIL with the request loop; a short
+    # switch interval bounds how long a kubelet request can wait for it (default 5 ms).
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+    asyncio.run(_serve(config, zygote))
     return 0
 
 
-async def _serve(config: HostConfig) -> None:
+async def _serve(config: HostConfig, zygote: Zygote) -> None:
     """Spawn the drivers' workers first, then import the host while they import drivers:
     the two costs overlap instead of adding up at every start."""
     from devicehost.drivers.early import start_workers
 
-    early = None if config.profiles else await start_workers(config)
+    early = None if config.profiles else await start_workers(config, zygote)
     from devicehost.lifecycle import serve
 
-    await serve(config, early=early)
+    await serve(config, early=early, zygote=zygote)
 
 
 if __name__ == "__main__":

@@ -22,9 +22,10 @@ import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from devicehost import profiles
 from devicehost.cdi import CdiWriter
@@ -36,6 +37,7 @@ from devicehost.drivers.process import WorkerProcess
 from devicehost.drivers.scan import Scanner
 from devicehost.drivers.snapshots import ResourceState
 from devicehost.drivers.supervisor import STOP_GRACE_SECONDS, DriverFinal, DriverHandle
+from devicehost.drivers.zygote import Zygote
 from devicehost.errors import ConfigError, DriverError
 from devicehost.features import NodeLabels
 from devicehost.kubelet.podresources import PodResolver
@@ -85,8 +87,11 @@ class Host:
         telemetry: Telemetry | None = None,
         use_inotify: bool = True,
         early: EarlyStart | None = None,
+        zygote: Zygote | None = None,
     ) -> None:
         self.config = config
+        #: Forks the drivers' workers; the host owns it and ends it on stop.
+        self.zygote = zygote or Zygote()
         #: Drivers discovered and workers spawned before the host was built (``early``).
         self._early = early
         self.telemetry = telemetry or Telemetry.from_config(
@@ -255,6 +260,7 @@ class Host:
         info.status = DriverStatus.STARTING
         handle = DriverHandle(
             info,
+            self.zygote,
             start_timeout=self.config.driver_start_timeout,
             on_notify=functools.partial(self._notify_driver, info.name),
             log_level=self.config.log_level,
@@ -570,7 +576,7 @@ class Host:
             self.node_labels.close()
         if self.cdi:
             self.cdi.remove_all()
-        closing = [workers, self.telemetry.close()]
+        closing = [self._stop_workers(workers), self.telemetry.close()]
         if self.status_server:
             closing.append(self.status_server.close())
         await asyncio.gather(*closing, return_exceptions=True)
@@ -580,6 +586,11 @@ class Host:
             os.close(self._lock_fd)
             self._lock_fd = None
         log.info("stopped")
+
+    async def _stop_workers(self, workers: Awaitable[Any]) -> None:
+        """The workers first: the zygote reports their exits, then it ends too."""
+        await workers
+        await self.zygote.close()
 
 
 def _alive(pid: int) -> bool:
@@ -597,6 +608,7 @@ async def serve(
     stop: asyncio.Event | None = None,
     host: Host | None = None,
     early: EarlyStart | None = None,
+    zygote: Zygote | None = None,
 ) -> None:
     """Run a host until SIGTERM/SIGINT (or ``stop`` is set), then stop it gracefully.
 
@@ -621,7 +633,7 @@ async def serve(
             await early.stop(STOP_GRACE_SECONDS)
             early = None
         config = await profiles.for_this_node(config, _probe_labels)
-        host = Host(config, early=early)
+        host = Host(config, early=early, zygote=zygote)
     starting = asyncio.create_task(host.start(), name="start")
     stopping = asyncio.create_task(stop.wait(), name="stop-signal")
     try:

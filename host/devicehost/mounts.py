@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from devicehost.drivers.discovery import DRIVER_GROUP, DriverInfo
 from devicehost.drivers.process import WorkerExited, WorkerProcess
+from devicehost.drivers.zygote import Zygote
 from devicehost.errors import DriverError, DriverUnavailable
 from devicehost.validation import Invalid, host_paths_from_plain
 
@@ -244,7 +245,11 @@ async def declared_by_drivers(
     """Every driver's declarations, asked of each in its own worker without ``configure``,
     and the names of drivers that declare none (not implemented, or it could not load:
     nothing can be said about what they read)."""
-    answers = await asyncio.gather(*(_ask(d, timeout, start_timeout) for d in drivers))
+    zygote = Zygote()
+    try:
+        answers = await asyncio.gather(*(_ask(d, zygote, timeout, start_timeout) for d in drivers))
+    finally:
+        await zygote.close()
     declared: list[Declared] = []
     silent: list[str] = []
     for driver, answer in zip(drivers, answers, strict=True):
@@ -255,9 +260,9 @@ async def declared_by_drivers(
     return declared, silent
 
 
-async def _ask(driver: DriverInfo, timeout: float, start_timeout: float) -> Any:
+async def _ask(driver: DriverInfo, zygote: Zygote, timeout: float, start_timeout: float) -> Any:
     process = WorkerProcess(
-        driver.name, driver.distribution, DRIVER_GROUP, lambda _: None, lambda _r, _m: None
+        driver.name, driver.distribution, DRIVER_GROUP, zygote, lambda _: None, lambda _r, _m: None
     )
     try:
         await process.start(start_timeout)

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from devicehost.config import HostConfig
 from devicehost.drivers.discovery import DRIVER_GROUP, PluginSet, load_plugins
-from devicehost.drivers.process import WorkerProcess
+from devicehost.drivers.process import WorkerExited, WorkerProcess
+from devicehost.drivers.zygote import Zygote
 
 
 @dataclass
@@ -30,8 +31,9 @@ class EarlyStart:
             await worker.stop(grace)
 
 
-async def start_workers(config: HostConfig) -> EarlyStart:
-    """Discover the drivers ``config`` enables and spawn a worker for each."""
+async def start_workers(config: HostConfig, zygote: Zygote) -> EarlyStart:
+    """Discover the drivers ``config`` enables and spawn a worker for each (a worker that
+    cannot be spawned is left to its supervisor, which retries and reports it)."""
     plugins = load_plugins(allow=config.enabled_drivers, deny=config.disabled_drivers)
     early = EarlyStart(plugins)
     for info in plugins.drivers:
@@ -39,11 +41,15 @@ async def start_workers(config: HostConfig) -> EarlyStart:
             info.name,
             info.distribution,
             DRIVER_GROUP,
+            zygote,
             on_notify=lambda resource: None,  # replaced when a driver handle adopts it
             on_watch_error=lambda resource, message: None,
             log_level=config.log_level,
             entry_point=info.entry_point,
         )
-        await worker.spawn()
+        try:
+            await worker.spawn()
+        except WorkerExited:
+            continue
         early.workers[info.name] = worker
     return early

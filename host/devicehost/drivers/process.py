@@ -1,8 +1,9 @@
 """One run of a driver's worker process, seen from the host: spawn, call, watch it die.
 
-The host talks to the worker over a socket pair (``protocol``) and reads its stderr as the
-driver's log. Calls are bounded: at most ``MAX_PENDING`` at a time, each with a timeout;
-a call whose caller gives up is cancelled in the worker before it starts. A worker that
+The worker is forked by the zygote (``zygote``). The host talks to it over a socket pair
+(``protocol``) and reads its stderr, a pipe, as the driver's log. Calls are bounded: at
+most ``MAX_PENDING`` at a time, each with a timeout; a call whose caller gives up is
+cancelled in the worker before it starts. A worker that
 stops answering (every call thread stuck, or no answer to a ping after a timeout) is
 killed, so the supervisor can start a fresh one.
 """
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from devicehost.drivers.protocol import HEADER, ProtocolError, body_length, decode, encode
+from devicehost.drivers.zygote import Child, Zygote, ZygoteError
 from devicehost.errors import DriverError, DriverTimeout, DriverUnavailable, RequestRefused
 
 log = logging.getLogger(__name__)
@@ -70,12 +72,14 @@ class WorkerProcess:
         driver: str,
         distribution: str,
         group: str,
+        zygote: Zygote,
         on_notify: Callable[[str], None],
         on_watch_error: Callable[[str, str], None],
         log_level: str = "info",
         entry_point: str = "",
     ) -> None:
         self.driver = driver
+        self.zygote = zygote
         self.entry_point = entry_point
         self.distribution = distribution
         self.group = group
@@ -86,7 +90,8 @@ class WorkerProcess:
         self.hooks: frozenset[str] = frozenset()
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self.exited: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._process: asyncio.subprocess.Process | None = None
+        self._child: Child | None = None
+        self._stderr: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._stuck: set[int] = set()
@@ -103,35 +108,35 @@ class WorkerProcess:
     # -- start -----------------------------------------------------------------------------
 
     async def spawn(self) -> None:
-        """Start the worker process; it imports its driver while the host goes on."""
-        if self._process is not None:
+        """Start the worker process; it imports its driver while the host goes on.
+
+        Raises ``WorkerExited`` when the zygote cannot start it."""
+        if self._child is not None:
             return
         parent, child = socket.socketpair()
+        stderr_read, stderr_write = os.pipe()
+        argv = [
+            *("--group", self.group, "--name", self.driver),
+            *("--distribution", self.distribution, "--log-level", self.log_level),
+            *(("--entry-point", self.entry_point) if self.entry_point else ()),
+        ]
         try:
-            self._process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "devicehost.drivers.worker",
-                "--fd",
-                str(child.fileno()),
-                "--group",
-                self.group,
-                "--name",
-                self.driver,
-                "--distribution",
-                self.distribution,
-                "--log-level",
-                self.log_level,
-                *(("--entry-point", self.entry_point) if self.entry_point else ()),
-                pass_fds=(child.fileno(),),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE,
-                env=_worker_environment(self.driver),
+            self._child = await self.zygote.start(
+                argv, _worker_environment(self.driver), (child.fileno(), stderr_write)
             )
+        except ZygoteError as exc:
+            parent.close()
+            os.close(stderr_read)
+            raise WorkerExited(f"could not be started: {exc}") from None
         finally:
             child.close()
-        self.pid = self._process.pid
+            os.close(stderr_write)
+        self.pid = self._child.pid
+        loop = asyncio.get_running_loop()
+        stderr = self._stderr = asyncio.StreamReader(limit=1 << 20)
+        await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stderr), os.fdopen(stderr_read, "rb", 0)
+        )
         reader, self._writer = await asyncio.open_unix_connection(sock=parent)
         self._tasks = [
             asyncio.create_task(self._read_channel(reader), name=f"worker-{self.driver}-channel"),
@@ -201,9 +206,9 @@ class WorkerProcess:
                 self._ready.set_exception(DriverError(self.driver, "import", reason))
 
     async def _read_stderr(self) -> None:
-        assert self._process is not None and self._process.stderr is not None
+        assert self._stderr is not None
         driver_log = logging.getLogger(f"devicehost.driver.{self.driver}")
-        async for raw in self._process.stderr:
+        async for raw in self._stderr:
             line = raw.decode(errors="replace").rstrip()
             if not line:
                 continue
@@ -212,16 +217,11 @@ class WorkerProcess:
             driver_log.log(level, "driver %r: %s", self.driver, line)
 
     async def _wait_exit(self) -> None:
-        assert self._process is not None
-        code = await self._process.wait()
+        assert self._child is not None
+        code = await self._child.exit
         # Let the stderr reader take the last lines before they are quoted.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._tasks[1]), 0.5)
-        # asyncio leaves a finished subprocess's transport open until it is garbage
-        # collected, which then fails on a closed loop; close it while the loop runs.
-        transport = getattr(self._process, "_transport", None)
-        if transport is not None:
-            transport.close()
         why = describe_exit(code)
         if self._killed_because:
             why = f"{why} by the host ({self._killed_because})"
@@ -304,7 +304,7 @@ class WorkerProcess:
 
     async def stop(self, grace: float) -> None:
         """Ask the worker to run ``shutdown`` and exit; kill it after ``grace`` seconds."""
-        if self._process is None or self.exited.done():
+        if self._child is None or self.exited.done():
             return
         log.debug("driver %r: stopping its worker (pid %s)", self.driver, self.pid)
         self._send({"stop": True})
@@ -316,12 +316,11 @@ class WorkerProcess:
 
     async def kill(self, why: str) -> None:
         """End the worker now (SIGKILL: a hung vendor call cannot be interrupted otherwise)."""
-        if self._process is None or self.exited.done():
+        if self._child is None or self.exited.done():
             return
         log.error("driver %r: killing its worker (pid %s): %s", self.driver, self.pid, why)
         self._killed_because = why
-        with contextlib.suppress(ProcessLookupError):
-            self._process.send_signal(signal.SIGKILL)
+        self.zygote.kill(self._child.pid)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self.exited), KILL_GRACE_SECONDS + 2)
 

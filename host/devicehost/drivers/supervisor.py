@@ -23,6 +23,7 @@ from tenacity.wait import wait_exponential_jitter
 
 from devicehost.drivers.discovery import DRIVER_GROUP, DriverInfo, DriverStatus
 from devicehost.drivers.process import DriverInvalid, WorkerExited, WorkerProcess
+from devicehost.drivers.zygote import Zygote
 from devicehost.errors import DriverError, DriverUnavailable
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class DriverHandle:
     def __init__(
         self,
         info: DriverInfo,
+        zygote: Zygote,
         start_timeout: float,
         on_notify: Callable[[str], None] | None = None,
         log_level: str = "info",
@@ -65,6 +67,7 @@ class DriverHandle:
         prestarted: WorkerProcess | None = None,
     ) -> None:
         self.info = info
+        self.zygote = zygote
         #: A worker spawned before the host was built (``devicehost run``), for the first run.
         self._prestarted = prestarted
         self.name = info.name
@@ -139,6 +142,7 @@ class DriverHandle:
                 self.name,
                 self.info.distribution,
                 DRIVER_GROUP,
+                self.zygote,
                 on_notify=self.on_notify,
                 on_watch_error=self._watch_error,
                 log_level=self.log_level,

@@ -1,8 +1,8 @@
 """A driver's own process: import one driver, run its hooks, send plain data to the host.
 
-Started by the host as ``python -m devicehost.drivers.worker`` (a fresh interpreter, never
-a fork of the host's gRPC threads), with one end of a socket pair as ``--fd``. It imports
-only the driver, pluggy and devicehost's model; no gRPC, no OpenTelemetry. Whatever the
+Forked by the zygote (``zygote``: a process that never started a thread or imported gRPC),
+with one end of a socket pair as ``--fd``. It holds only the driver, pluggy and
+devicehost's model; no gRPC, no OpenTelemetry. Whatever the
 driver does here — raise ``SystemExit``, segfault in a vendor library, hang, return junk —
 costs this process alone: the host reports the driver's devices Unhealthy and restarts it.
 
@@ -282,6 +282,7 @@ def main(argv: list[str] | None = None) -> None:
         stream=sys.stderr,
         level=args.log_level.upper(),
         format="%(levelname)s %(name)s: %(message)s",
+        force=True,  # forked by the zygote: nothing of its parent's logging is ours
     )
     threading.excepthook = _excepthook
     channel = socket.socket(fileno=args.fd)

@@ -30,6 +30,7 @@ from typing import Any
 from devicehost.compose import CompositionClash, compose
 from devicehost.drivers.discovery import DRIVER_GROUP, DriverStatus, load_plugins
 from devicehost.drivers.process import WorkerExited, WorkerProcess
+from devicehost.drivers.zygote import Zygote
 from devicehost.errors import DriverError, DriverUnavailable
 from devicehost.model import NO_EDITS, Device, ResourceSpec
 from devicehost.validation import (
@@ -196,18 +197,22 @@ async def _check(
         )
     if info.status is not DriverStatus.ACTIVE:
         raise ConformanceError(name, [f"driver is {info.status}: {info.reason}"])
+    zygote = Zygote()
     process = WorkerProcess(
-        name, info.distribution, DRIVER_GROUP, lambda r: None, lambda r, m: None
+        name, info.distribution, DRIVER_GROUP, zygote, lambda r: None, lambda r, m: None
     )
     try:
-        await process.start(timeout)
-    except (DriverError, DriverUnavailable, WorkerExited) as exc:
-        raise ConformanceError(name, [f"the driver did not load: {exc}"]) from exc
-    battery = _Battery(process, timeout)
-    try:
-        await _run(battery, root, config, simulated, node)
+        try:
+            await process.start(timeout)
+        except (DriverError, DriverUnavailable, WorkerExited) as exc:
+            raise ConformanceError(name, [f"the driver did not load: {exc}"]) from exc
+        battery = _Battery(process, timeout)
+        try:
+            await _run(battery, root, config, simulated, node)
+        finally:
+            await process.stop(2.0)
     finally:
-        await process.stop(2.0)
+        await zygote.close()
     if battery.problems:
         raise ConformanceError(name, battery.problems)
     return battery.report

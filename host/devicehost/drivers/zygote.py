@@ -1,0 +1,383 @@
+"""Fork each driver's worker from one small process that never runs gRPC or driver code.
+
+A fresh interpreter per driver, each importing pluggy and devicehost's model, was most of
+a cold start's CPU on a small node (docs/performance.md). The zygote pays for that once:
+it imports the worker's code, stays single-threaded, and for each worker the host asks for
+it forks a child that becomes that worker. The fork is safe because the zygote never
+starts a thread: ``devicehost run`` forks it from itself before it imports gRPC,
+OpenTelemetry or the Prometheus client and before any thread exists (``Zygote.fork``);
+anywhere else — tests, one-shot commands, a zygote that was killed — it is a fresh
+interpreter, ``python -m devicehost.drivers.zygote``. It never imports a driver, so nothing
+a driver does reaches it, and every worker is still a process of its own.
+
+The zygote and the host talk over a ``SOCK_SEQPACKET`` pair, one JSON object per
+datagram; a spawn request carries two file descriptors (the worker's channel and the write
+end of its stderr pipe)::
+
+  host → zygote:  {"spawn": n, "argv": [...], "env": {...}}   + 2 fds
+                  {"kill": pid}                 SIGKILL, if that child still runs
+  zygote → host:  {"spawned": n, "pid": pid} | {"failed": n, "message": text}
+                  {"exited": pid, "code": code} as subprocess reports it (-N: signal N)
+
+The zygote reaps its children and reports each exit, so the host learns a worker's exit
+status although the worker is not its own child; kills go through the zygote, which knows
+whether the pid is still its child (no pid-reuse race). When the host goes away (EOF on
+the channel, or the kernel's ``PR_SET_PDEATHSIG``) the zygote kills its children and
+exits; if the zygote dies, its workers die with it (their own ``PR_SET_PDEATHSIG``) and
+the next start gets a fresh zygote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from devicehost.subprocesses import die_with_parent
+
+log = logging.getLogger(__name__)
+
+MAX_DATAGRAM = 1 << 20
+#: How long ``close`` waits for the zygote to kill its children and exit.
+CLOSE_SECONDS = 2.0
+#: The exit code of a child that failed before the worker's own code ran.
+BROKEN_CHILD = 70
+
+
+class ZygoteError(Exception):
+    """The zygote could not start a worker (or is gone)."""
+
+
+@dataclass
+class Child:
+    """A worker the zygote forked: its pid, and its exit code once it has ended."""
+
+    pid: int
+    exit: asyncio.Future[int]
+
+
+# -- the host's side ---------------------------------------------------------------------
+
+
+class _Process:
+    """One zygote process and the host's end of its channel."""
+
+    def __init__(self, control: socket.socket, pid: int, poll: Callable[[], int | None]) -> None:
+        self.control = control
+        self.pid = pid
+        self.poll = poll
+        self.gone = False
+
+
+class Zygote:
+    """Starts workers through a zygote process; a zygote that died is replaced by a fresh
+    interpreter at the next start."""
+
+    def __init__(self, process: _Process | None = None) -> None:
+        self._process = process
+        self._ids = itertools.count(1)
+        self._starting: dict[int, asyncio.Future[int]] = {}
+        self._children: dict[int, Child] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def fork(cls) -> Zygote:
+        """Fork the zygote from this process, which must not have started a thread (nor
+        imported gRPC): ``devicehost run`` calls this first."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:  # the zygote
+            code = 0
+            try:
+                ours.close()
+                serve(theirs)
+            except BaseException:
+                code = 1
+                with contextlib.suppress(BaseException):
+                    logging.getLogger(__name__).exception("the zygote failed")
+            finally:
+                os._exit(code)
+        theirs.close()
+        return cls(_Process(ours, pid, _waitpid_poll(pid)))
+
+    @staticmethod
+    def _spawn() -> _Process:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        try:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", __name__, "--fd", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        finally:
+            theirs.close()
+        return _Process(ours, popen.pid, popen.poll)
+
+    @property
+    def pid(self) -> int | None:
+        """The current zygote's pid (None before the first start)."""
+        return self._process.pid if self._process and not self._process.gone else None
+
+    def _attach(self) -> _Process:
+        loop = asyncio.get_running_loop()
+        if self._process is None or self._process.gone:
+            self._process = self._spawn()
+            self._loop = None
+            log.debug("zygote started (pid %d)", self._process.pid)
+        if self._loop is not loop:
+            self._process.control.setblocking(False)
+            loop.add_reader(self._process.control.fileno(), self._on_readable, self._process)
+            self._loop = loop
+        return self._process
+
+    async def start(self, argv: Sequence[str], env: dict[str, str], fds: Sequence[int]) -> Child:
+        """Fork a worker running ``python -m devicehost.drivers.worker <argv>`` with ``env``;
+        ``fds`` (its channel, its stderr) are passed to it. Raises ``ZygoteError``."""
+        process = self._attach()
+        request = next(self._ids)
+        started = asyncio.get_running_loop().create_future()
+        self._starting[request] = started
+        message = {"spawn": request, "argv": list(argv), "env": env}
+        try:
+            socket.send_fds(process.control, [json.dumps(message).encode()], list(fds))
+            pid = await started
+        except OSError as exc:
+            raise ZygoteError(f"the zygote (pid {process.pid}) is not reachable: {exc}") from exc
+        finally:
+            self._starting.pop(request, None)
+        child = Child(pid, asyncio.get_running_loop().create_future())
+        self._children[pid] = child
+        return child
+
+    def kill(self, pid: int) -> None:
+        """SIGKILL the worker ``pid`` (through the zygote, which knows if it still runs)."""
+        process = self._process
+        if process is None or process.gone or pid not in self._children:
+            return
+        with contextlib.suppress(OSError):
+            process.control.send(json.dumps({"kill": pid}).encode())
+
+    def _on_readable(self, process: _Process) -> None:
+        while True:
+            try:
+                data = process.control.recv(MAX_DATAGRAM)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._lost(process)
+                return
+            try:
+                message = json.loads(data)
+            except ValueError:
+                continue
+            self._dispatch(message)
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        if "exited" in message:
+            child = self._children.pop(int(message["exited"]), None)
+            if child is not None and not child.exit.done():
+                child.exit.set_result(int(message.get("code", -signal.SIGKILL)))
+            return
+        started = self._starting.get(int(message.get("spawned", message.get("failed", -1))))
+        if started is None or started.done():
+            return
+        if "spawned" in message:
+            started.set_result(int(message["pid"]))
+        else:
+            started.set_exception(ZygoteError(str(message.get("message", "fork failed"))))
+
+    def _lost(self, process: _Process) -> None:
+        """The zygote died: its workers died with it (PR_SET_PDEATHSIG)."""
+        process.gone = True
+        if self._loop is not None:
+            self._loop.remove_reader(process.control.fileno())
+            self._loop = None
+        process.control.close()
+        _reap_later(process)
+        if self._children or self._starting:
+            log.error(
+                "the zygote (pid %d) that starts driver workers died; its workers were "
+                "killed with it and start again from a fresh one",
+                process.pid,
+            )
+        for started in self._starting.values():
+            if not started.done():
+                started.set_exception(ZygoteError(f"the zygote (pid {process.pid}) died"))
+        for child in self._children.values():
+            if not child.exit.done():
+                child.exit.set_result(-signal.SIGKILL)
+        self._children.clear()
+
+    async def close(self) -> None:
+        """End the zygote: it kills the workers still running and exits."""
+        process, self._process = self._process, None
+        if process is None or process.gone:
+            return
+        process.gone = True
+        if self._loop is not None:
+            self._loop.remove_reader(process.control.fileno())
+            self._loop = None
+        process.control.close()
+        deadline = time.monotonic() + CLOSE_SECONDS
+        while process.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGKILL)
+            await asyncio.sleep(0.05)
+            process.poll()
+
+
+def _waitpid_poll(pid: int) -> Callable[[], int | None]:
+    """``Popen.poll`` for a child started with ``os.fork``."""
+    code: list[int] = []
+
+    def poll() -> int | None:
+        if not code:
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                return -1
+            if done:
+                code.append(os.waitstatus_to_exitcode(status))
+        return code[0] if code else None
+
+    return poll
+
+
+def _reap_later(process: _Process, tries: int = 200) -> None:
+    """Collect a dead zygote's exit status (it may not be a zombie yet when EOF arrives)."""
+    if process.poll() is None and tries:
+        with contextlib.suppress(RuntimeError):
+            asyncio.get_running_loop().call_later(0.01, _reap_later, process, tries - 1)
+
+
+# -- the zygote's side -------------------------------------------------------------------
+
+
+def serve(control: socket.socket) -> None:
+    """Fork workers on request until the host closes the channel; then kill them and return."""
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the host decides when workers stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    from devicehost.drivers import worker  # every worker's code, imported once for all
+
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_read, False)
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    control.setblocking(True)
+    selector = selectors.DefaultSelector()
+    selector.register(control, selectors.EVENT_READ)
+    selector.register(wake_read, selectors.EVENT_READ)
+    children: set[int] = set()
+
+    def reply(message: dict[str, Any]) -> None:
+        with contextlib.suppress(OSError):
+            control.send(json.dumps(message).encode())
+
+    def reap() -> None:
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if not pid:
+                return
+            children.discard(pid)
+            reply({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    def start(message: dict[str, Any], fds: list[int]) -> None:
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            reply({"failed": message["spawn"], "message": f"fork failed: {exc}"})
+            return
+        if pid == 0:  # the worker
+            try:
+                selector.close()
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                for fd in (control.fileno(), wake_read, wake_write):
+                    os.close(fd)
+                become_worker(worker.main, message["argv"], message["env"], fds)
+            finally:
+                os._exit(BROKEN_CHILD)
+        children.add(pid)
+        reply({"spawned": message["spawn"], "pid": pid})
+
+    while True:
+        for key, _ in selector.select():
+            if key.fd == wake_read:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(wake_read, 512):
+                        pass
+                continue
+            try:
+                data, fds, _, _ = socket.recv_fds(control, MAX_DATAGRAM, 2)
+            except InterruptedError:
+                continue
+            if not data:  # the host closed its end, or died
+                for pid in children:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                return
+            message = json.loads(data)
+            if "spawn" in message and len(fds) == 2:
+                start(message, fds)
+            elif "kill" in message and message["kill"] in children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(message["kill"], signal.SIGKILL)
+            for fd in fds:
+                os.close(fd)
+        reap()
+
+
+def become_worker(
+    main: Callable[[list[str]], None], argv: list[str], env: dict[str, str], fds: list[int]
+) -> None:
+    """In the forked child: take the worker's stderr and environment, then run it."""
+    channel, stderr = fds
+    os.dup2(stderr, 2)
+    os.close(stderr)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.environ.clear()
+    os.environ.update(env)
+    if env.get("PYTHONFAULTHANDLER"):
+        import faulthandler
+
+        faulthandler.enable()  # what the variable does at an interpreter's start
+    main([*argv, "--fd", str(channel)])
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=f"python -m {__name__}")
+    parser.add_argument("--fd", type=int, required=True, help="the channel's file descriptor")
+    args = parser.parse_args(argv)
+    serve(socket.socket(fileno=args.fd))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Workers are forked by one zygote (drivers/zygote.py): in `devicehost run` it is forked
+from the host before gRPC is imported; elsewhere it is a fresh interpreter; a zygote that
+dies is replaced, and its drivers come back."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from devicehost.drivers.discovery import DriverStatus
+from devicehost.testing import KubeletStandIn, write_distribution
+from support import SCRIPTED, eventually
+
+PROBES = ("probe-a", "probe-b")
+
+
+def parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def test_devicehost_run_forks_every_worker_from_one_zygote_without_grpc(
+    tmp_path, plugin_dir, kubelet: KubeletStandIn
+):
+    """Two drivers' workers have one parent, the zygote, a child of the host; and none of
+    gRPC, OpenTelemetry, the metadata reader or the Prometheus client is loaded in them."""
+    site = tmp_path / "site"
+    for name in PROBES:
+        write_distribution(
+            site, f"devicehost-{name}", {"devicehost.drivers": {name: "testdrivers.probe:Probe"}}
+        )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(Path(__file__).parent)])}
+    command = [
+        *(sys.executable, "-m", "devicehost.cli", "run", "--drivers", ",".join(PROBES)),
+        *("--plugin-dir", str(plugin_dir), "--root", str(tmp_path)),
+        *("--metrics-address", "", "--pod-resources-socket", ""),
+    ]
+    log = tmp_path / "devicehost.log"
+    with log.open("wb") as stderr:
+        host = subprocess.Popen(command, env=env, stderr=stderr)
+    try:
+        for name in PROBES:
+            kubelet.wait_registered(f"test.example/{name}", timeout=30)
+        eventually(lambda: "serving 2 resources" in log.read_text(), timeout=30)
+        text = log.read_text()
+        parents = set(map(int, re.findall(r"driver probe-.: parent pid: (\d+)", text)))
+        loaded = re.findall(r"driver probe-.: host-only modules loaded: (.*)", text)
+        assert loaded == ["[]", "[]"], text
+        [zygote] = parents
+        assert zygote != host.pid
+        assert parent_of(zygote) == host.pid
+        host.send_signal(signal.SIGTERM)
+        assert host.wait(timeout=10) == 0
+        eventually(lambda: not Path(f"/proc/{zygote}").exists(), timeout=5)
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+
+
+def test_a_killed_zygote_is_replaced_and_its_drivers_come_back(install, run_host, kubelet):
+    """SIGKILL to the zygote takes its workers with it; the supervisors start them again
+    from a fresh zygote and the resources are served again."""
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    host = run_host(
+        enabled_drivers=("alpha",), drivers={"alpha": {"resources": {"test.example/a": 2}}}
+    )
+    kubelet.wait_devices("test.example/a", lambda d: len(d) == 2)
+    handle = host.host.drivers["alpha"]
+    first_zygote, first_worker = host.host.zygote.pid, handle.process.pid
+    assert first_zygote is not None and parent_of(first_worker) == first_zygote
+
+    os.kill(first_zygote, signal.SIGKILL)
+    eventually(lambda: handle.process.pid != first_worker, timeout=20)
+    eventually(lambda: handle.info.status is DriverStatus.ACTIVE, timeout=20)
+    assert host.host.zygote.pid not in (None, first_zygote)
+    assert parent_of(handle.process.pid) == host.host.zygote.pid
+    kubelet.wait_devices(
+        "test.example/a", lambda d: all(x.health == "Healthy" for x in d.values()), timeout=20
+    )
+    assert kubelet.allocate("test.example/a", [["dev-0"]])
