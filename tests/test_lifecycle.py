@@ -318,3 +318,16 @@ def test_simulated_tree_is_removed_on_exit_and_a_crashed_runs_is_swept(
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def test_simulated_trees_go_to_memory_unless_tmpdir_says_otherwise(tmp_path, monkeypatch):
+    """A simulated node is hundreds of small files: they go to /dev/shm when it is
+    writable, and to $TMPDIR whenever that is set."""
+    from devicehost.lifecycle import SHARED_MEMORY_DIR, simulation_dir
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    assert simulation_dir() == tmp_path
+    monkeypatch.delenv("TMPDIR")
+    if not os.access(SHARED_MEMORY_DIR, os.W_OK | os.X_OK):
+        pytest.skip(f"{SHARED_MEMORY_DIR} is not writable here")
+    assert simulation_dir() == Path(SHARED_MEMORY_DIR)
