@@ -40,13 +40,13 @@ from devicehost.drivers.supervisor import STOP_GRACE_SECONDS, DriverFinal, Drive
 from devicehost.drivers.zygote import Zygote
 from devicehost.errors import ConfigError, DriverError
 from devicehost.features import NodeLabels
-from devicehost.kubelet.podresources import PodResolver
 from devicehost.kubelet.restart_watch import DirectoryWatcher, file_identity
 from devicehost.kubelet.runner import ResourceRunner
 from devicehost.kubelet.servicer import DevicePluginServicer
 from devicehost.model import ResourceSpec
 from devicehost.telemetry.facade import Telemetry
 from devicehost.telemetry.metrics import Gauge
+from devicehost.telemetry.pods import PodLookup
 from devicehost.telemetry.status_server import StatusServer
 from devicehost.validation import notes_from_plain, resources_from_plain
 
@@ -96,7 +96,7 @@ class Host:
         #: Drivers discovered and workers spawned before the host was built (``early``).
         self._early = early
         self.telemetry = telemetry or Telemetry.from_config(
-            config, PodResolver(config.pod_resources_socket)
+            config, functools.partial(pod_resolver, config.pod_resources_socket)
         )
         self.use_inotify = use_inotify
         self.plugins: PluginSet | None = early.plugins if early else None
@@ -592,6 +592,14 @@ class Host:
         """The workers first: the zygote reports their exits, then it ends too."""
         await workers
         await self.zygote.close()
+
+
+def pod_resolver(socket: Path | None) -> PodLookup:
+    """The kubelet's PodResources client, imported only when tracing needs it (its
+    generated protobuf modules cost every start otherwise)."""
+    from devicehost.kubelet.podresources import PodResolver
+
+    return PodResolver(socket)
 
 
 def simulation_dir() -> Path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -53,15 +53,14 @@ class Telemetry:
     def from_config(
         cls,
         config: HostConfig,
-        resolver: PodLookup | None = None,
+        resolver: Callable[[], PodLookup] | None = None,
         exporter: SpanExporter | None = None,
     ) -> Telemetry:
-        """Tracing and metrics as configured; ``resolver`` finds pods for spans (only used
-        while tracing is on)."""
+        """Tracing and metrics as configured; ``resolver`` builds what finds pods for spans,
+        called only when tracing is on (pod identities only ever go on spans)."""
         tracer = Tracing.from_config(config.otlp_endpoint, config.node_name, __version__, exporter)
-        if resolver is None or not tracer.enabled:
-            resolver = NoPodLookup()
-        return cls(tracer, Metrics(), resolver)
+        lookup = resolver() if resolver is not None and tracer.enabled else NoPodLookup()
+        return cls(tracer, Metrics(), lookup)
 
     # -- pod identity ------------------------------------------------------------------------
 
