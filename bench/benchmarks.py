@@ -342,7 +342,8 @@ def memory(ws: Workspace, allocations: int) -> dict[str, Any]:
     dh = results["devicehost"]
     return {
         "what": "PSS and VmRSS summed over the process and all its children (devicehost: the host "
-        f"and one worker per driver, {', '.join(VENDOR_DRIVERS)} simulated), after start "
+        f"the zygote and one worker per driver, {', '.join(VENDOR_DRIVERS)} simulated), "
+        "after start "
         f"and after {allocations} more Allocates (8 in flight; {fewer} for the minimal "
         "plugin and for devicehost with tracing on to a real receiver)",
         "goal": "devicehost (default config) <= 100 MiB together (PSS summed: the tree's "
