@@ -83,3 +83,15 @@ def test_a_killed_zygote_is_replaced_and_its_drivers_come_back(install, run_host
         "test.example/a", lambda d: all(x.health == "Healthy" for x in d.values()), timeout=20
     )
     assert kubelet.allocate("test.example/a", [["dev-0"]])
+
+
+def test_a_process_with_threads_or_grpc_never_forks_its_zygote():
+    """Zygote.fork from a process that runs threads or has imported gRPC (this one: the
+    test process) does not fork it: the zygote starts later as a fresh interpreter."""
+    import threading
+
+    from devicehost.drivers.zygote import Zygote
+
+    assert threading.active_count() > 1 or "grpc" in sys.modules
+    zygote = Zygote.fork()
+    assert zygote.pid is None  # nothing forked; the first start spawns one

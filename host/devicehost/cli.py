@@ -431,7 +431,10 @@ def _run(config: HostConfig) -> int:
     os.umask(0o077)
     from devicehost.drivers.zygote import Zygote
 
-    zygote = Zygote.fork()
+    try:
+        zygote = Zygote.fork()
+    except OSError:  # no process to spare now: the first worker start spawns a fresh one
+        zygote = Zygote()
     _setup_logging(config, config.log_level)
     # The span exporter and driver threads share the GIL with the request loop; a short
     # switch interval bounds how long a kubelet request can wait for it (default 5 ms).

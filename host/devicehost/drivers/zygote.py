@@ -40,6 +40,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -95,7 +96,10 @@ class Zygote:
     @classmethod
     def fork(cls) -> Zygote:
         """Fork the zygote from this process, which must not have started a thread (nor
-        imported gRPC): ``devicehost run`` calls this first."""
+        imported gRPC): ``devicehost run`` calls this first. A process that already runs
+        threads gets a zygote that starts as a fresh interpreter instead."""
+        if threading.active_count() > 1 or "grpc" in sys.modules:
+            return cls()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:  # the zygote
