@@ -3,8 +3,9 @@
 
 A driver is a module (or object) with functions marked ``@devicehost.hookimpl``, made
 known through an entry point in the group ``devicehost.drivers``. All hooks are
-synchronous and take keyword arguments. Each driver runs in its own worker process (a
-fresh interpreter the host starts and supervises); hooks run there in a few threads, each
+synchronous and take keyword arguments. Each driver runs in its own worker process (forked
+for it alone by a zygote that never imports a driver; the host supervises it); hooks run
+there in a few threads, each
 call with a timeout, so a driver may block on its vendor library and even crash without
 touching another driver. Only plain data crosses back: the host rebuilds and checks every
 answer. A driver implements only the hooks it needs and may accept only the parameters it

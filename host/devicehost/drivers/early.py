@@ -1,6 +1,6 @@
 """Start the drivers' worker processes before the host has imported the rest of itself.
 
-A worker needs a fresh interpreter and its driver's imports; the host needs gRPC,
+A worker needs a fork from the zygote and its driver's imports; the host needs gRPC,
 OpenTelemetry and the Prometheus client. Done one after the other, the two add up at
 every cold start. ``devicehost run`` therefore lists the drivers and spawns their workers
 first (this module imports little), then imports the host while the workers import their
