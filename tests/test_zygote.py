@@ -95,3 +95,36 @@ def test_a_process_with_threads_or_grpc_never_forks_its_zygote():
     assert threading.active_count() > 1 or "grpc" in sys.modules
     zygote = Zygote.fork()
     assert zygote.pid is None  # nothing forked; the first start spawns one
+
+
+def test_a_worker_that_exits_at_once_has_its_exit_reported(tmp_path):
+    """A worker that ends before the host has even read that it was started (its start and
+    its exit arrive together) still has its exit reported: nothing waits on it forever."""
+    import asyncio
+    import socket
+    import time
+
+    from devicehost.drivers.zygote import Zygote
+
+    async def scenario() -> int:
+        zygote = Zygote()
+        ours, theirs = socket.socketpair()
+        err_read, err_write = os.pipe()
+        argv = ["--group", "devicehost.drivers", "--name", "gone", "--log-level", "error"]
+        argv += ["--entry-point", "no_such_module_anywhere:Driver"]  # fails, and exits
+        try:
+            starting = asyncio.ensure_future(
+                zygote.start(argv, dict(os.environ), (theirs.fileno(), err_write))
+            )
+            await asyncio.sleep(0)  # the request is sent
+            time.sleep(1.0)  # the loop is busy: "spawned" and "exited" queue up together
+            child = await asyncio.wait_for(starting, 10)
+            return await asyncio.wait_for(child.exit, 10)
+        finally:
+            await zygote.close()
+            for end in (ours, theirs):
+                end.close()
+            os.close(err_read)
+            os.close(err_write)
+
+    assert asyncio.run(scenario()) == 0

@@ -89,7 +89,7 @@ class Zygote:
     def __init__(self, process: _Process | None = None) -> None:
         self._process = process
         self._ids = itertools.count(1)
-        self._starting: dict[int, asyncio.Future[int]] = {}
+        self._starting: dict[int, asyncio.Future[Child]] = {}
         self._children: dict[int, Child] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -154,19 +154,16 @@ class Zygote:
         ``fds`` (its channel, its stderr) are passed to it. Raises ``ZygoteError``."""
         process = self._attach()
         request = next(self._ids)
-        started = asyncio.get_running_loop().create_future()
+        started: asyncio.Future[Child] = asyncio.get_running_loop().create_future()
         self._starting[request] = started
         message = {"spawn": request, "argv": list(argv), "env": env}
         try:
             socket.send_fds(process.control, [json.dumps(message).encode()], list(fds))
-            pid = await started
+            return await started
         except OSError as exc:
             raise ZygoteError(f"the zygote (pid {process.pid}) is not reachable: {exc}") from exc
         finally:
             self._starting.pop(request, None)
-        child = Child(pid, asyncio.get_running_loop().create_future())
-        self._children[pid] = child
-        return child
 
     def kill(self, pid: int) -> None:
         """SIGKILL the worker ``pid`` (through the zygote, which knows if it still runs)."""
@@ -203,7 +200,11 @@ class Zygote:
         if started is None or started.done():
             return
         if "spawned" in message:
-            started.set_result(int(message["pid"]))
+            # Known at once: its exit may be the very next message, read before start()
+            # resumes.
+            child = Child(int(message["pid"]), started.get_loop().create_future())
+            self._children[child.pid] = child
+            started.set_result(child)
         else:
             started.set_exception(ZygoteError(str(message.get("message", "fork failed"))))
 
