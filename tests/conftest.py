@@ -9,8 +9,9 @@ come from the ``pytest11`` entry point.
 
 from __future__ import annotations
 
+import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,21 @@ if str(TESTS) not in sys.path:
 
 
 Install = Callable[..., None]
+
+
+@pytest.fixture(autouse=True)
+def _logging_left_as_found() -> Iterator[None]:
+    """``devicehost.cli.main`` run in a test sets up logging as the daemon does: a handler
+    on this test's captured stderr, and levels. Take them away again, so no later test logs
+    into a closed stream ("--- Logging error ---")."""
+    root, ours = logging.getLogger(), logging.getLogger("devicehost")
+    levels = root.level, ours.level
+    yield
+    for handler in list(root.handlers):
+        if type(handler) is logging.StreamHandler:  # pytest's own are subclasses
+            root.removeHandler(handler)
+    root.setLevel(levels[0])
+    ours.setLevel(levels[1])
 
 
 @pytest.fixture
