@@ -1,4 +1,5 @@
-"""What every child process of the host does first (driver workers, the span exporter)."""
+"""The host's helper processes (the zygote, the span exporter): how they are started, and
+what each does first."""
 
 from __future__ import annotations
 
@@ -6,6 +7,36 @@ import contextlib
 import ctypes
 import os
 import signal
+import socket
+import subprocess
+import sys
+
+
+def host_environment(**extra: str) -> dict[str, str]:
+    """The host's environment with its import path, so a child finds the same packages and
+    drivers (an editable or ``--target`` install is on ``sys.path`` only)."""
+    env = {**os.environ, **extra}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return env
+
+
+def start_helper(module: str, env: dict[str, str]) -> tuple[socket.socket, subprocess.Popen[bytes]]:
+    """Start ``python -m <module> --fd N``, a fresh interpreter whose end of a new
+    ``SOCK_SEQPACKET`` pair is fd N; return the host's end and the process."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", module, "--fd", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    return ours, process
 
 
 def die_with_parent() -> None:

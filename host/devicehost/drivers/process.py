@@ -18,13 +18,13 @@ import logging
 import os
 import signal
 import socket
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from devicehost.drivers.protocol import HEADER, ProtocolError, body_length, decode, encode
 from devicehost.drivers.zygote import Child, Zygote, ZygoteError
 from devicehost.errors import DriverError, DriverTimeout, DriverUnavailable, RequestRefused
+from devicehost.subprocesses import host_environment
 
 log = logging.getLogger(__name__)
 
@@ -359,8 +359,6 @@ def _level_of(line: str) -> int:
 def _worker_environment(driver: str) -> dict[str, str]:
     """The host's environment, with its import path (the worker finds the same drivers) and
     ``DEVICEHOST_DRIVER_NAME``, the driver's entry-point name."""
-    env = dict(os.environ)
-    env["DEVICEHOST_DRIVER_NAME"] = driver
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env = host_environment(DEVICEHOST_DRIVER_NAME=driver)
     env.setdefault("PYTHONFAULTHANDLER", "1")  # a segfault leaves a Python stack in the log
     return env

@@ -38,7 +38,6 @@ import os
 import selectors
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -46,7 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from devicehost.subprocesses import die_with_parent
+from devicehost.subprocesses import die_with_parent, host_environment, start_helper
 
 log = logging.getLogger(__name__)
 
@@ -118,18 +117,7 @@ class Zygote:
 
     @staticmethod
     def _spawn() -> _Process:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        try:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", __name__, "--fd", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
-        finally:
-            theirs.close()
+        ours, popen = start_helper(__name__, host_environment())
         return _Process(ours, popen.pid, popen.poll)
 
     @property

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from devicehost.subprocesses import die_with_parent
+from devicehost.subprocesses import die_with_parent, host_environment, start_helper
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -82,19 +82,10 @@ class ProcessSpanProcessor(SpanProcessor):
 
     def __init__(self, endpoint: str, resource: dict[str, Any], scope: tuple[str, str]) -> None:
         self.dropped = 0
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours, self.process = start_helper(
+            __name__, host_environment(**{ENDPOINT_VARIABLE: endpoint})
+        )
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
-        env = {**os.environ, ENDPOINT_VARIABLE: endpoint}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", __name__, "--fd", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
-        finally:
-            theirs.close()
         ours.sendall(marshal.dumps((resource, scope)))
         ours.setblocking(False)
         self._socket: socket.socket | None = ours
