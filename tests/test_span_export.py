@@ -67,3 +67,20 @@ def test_force_flush_exports_everything_now(pipeline):
     spans(tracer, 5)
     assert processor.force_flush() is True
     assert len(exporter.get_finished_spans()) == 5
+
+
+def test_the_export_process_is_named_for_ps_and_top():
+    """The span exporter shows as dh-spans in ps -o comm and top, beside dh-zygote and the
+    dh-<driver> workers."""
+    from pathlib import Path
+
+    from devicehost.telemetry.export_process import ProcessSpanProcessor
+    from devicehost.testing import OtlpReceiver
+
+    with OtlpReceiver() as receiver:
+        processor = ProcessSpanProcessor(receiver.endpoint, {"service.name": "t"}, ("t", "1"))
+        try:
+            comm = Path(f"/proc/{processor.process.pid}/comm")
+            eventually(lambda: comm.read_text().strip() == "dh-spans", timeout=20)
+        finally:
+            processor.close(5.0)

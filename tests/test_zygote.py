@@ -23,11 +23,23 @@ def parent_of(pid: int) -> int:
     return int(stat.rsplit(")", 1)[1].split()[1])
 
 
+def name_of(pid: int) -> str:
+    return Path(f"/proc/{pid}/comm").read_text().strip()
+
+
+def safe_parent(pid: int) -> int | None:
+    try:
+        return parent_of(pid)
+    except OSError:  # it ended while we looked
+        return None
+
+
 def test_devicehost_run_forks_every_worker_from_one_zygote_without_grpc(
     tmp_path, plugin_dir, kubelet: KubeletStandIn
 ):
-    """Two drivers' workers have one parent, the zygote, a child of the host; and none of
-    gRPC, OpenTelemetry, the metadata reader or the Prometheus client is loaded in them."""
+    """Two drivers' workers have one parent, the zygote, a child of the host, each named
+    for ps and top; and none of gRPC, OpenTelemetry, the metadata reader or the Prometheus
+    client is loaded in them."""
     site = tmp_path / "site"
     for name in PROBES:
         write_distribution(
@@ -53,6 +65,12 @@ def test_devicehost_run_forks_every_worker_from_one_zygote_without_grpc(
         [zygote] = parents
         assert zygote != host.pid
         assert parent_of(zygote) == host.pid
+        # A fork keeps the host's command line: the name is what tells them apart in ps/top.
+        assert name_of(zygote) == "dh-zygote"
+        workers = [
+            int(p) for p in os.listdir("/proc") if p.isdigit() and safe_parent(int(p)) == zygote
+        ]
+        assert sorted(name_of(pid) for pid in workers) == ["dh-probe-a", "dh-probe-b"]
         host.send_signal(signal.SIGTERM)
         assert host.wait(timeout=10) == 0
         eventually(lambda: not Path(f"/proc/{zygote}").exists(), timeout=5)

@@ -39,6 +39,18 @@ def start_helper(module: str, env: dict[str, str]) -> tuple[socket.socket, subpr
     return ours, process
 
 
+#: Linux keeps 15 bytes of a process's name (``/proc/<pid>/comm``, what ``top`` shows).
+MAX_NAME_BYTES = 15
+
+
+def name_process(name: str) -> None:
+    """Name this process for ``ps -o comm``, ``top`` and ``/proc/<pid>/comm``: a forked
+    worker's command line is still the host's, so its name is what tells them apart."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(15, name.encode()[:MAX_NAME_BYTES])  # PR_SET_NAME
+
+
 def die_with_parent() -> None:
     """Ask Linux to SIGKILL this process when the host dies, even by ``kill -9``."""
     with contextlib.suppress(Exception):

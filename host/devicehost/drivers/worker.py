@@ -33,7 +33,7 @@ from devicehost import hookspecs
 from devicehost.drivers.plugin_manager import new_plugin_manager, register
 from devicehost.drivers.protocol import HEADER, NotPlain, body_length, decode, encode, to_plain
 from devicehost.errors import DriverUnavailable, RequestRefused
-from devicehost.subprocesses import die_with_parent
+from devicehost.subprocesses import die_with_parent, name_process
 
 log = logging.getLogger("devicehost.worker")
 
@@ -274,6 +274,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--entry-point", default="", help="module:attribute of the driver")
     args = parser.parse_args(argv)
     die_with_parent()
+    name_process(f"dh-{args.name}")
     # The driver's prints, and C libraries writing to fd 1, go to the log, not anywhere else.
     os.dup2(2, 1)
     sys.stdout = sys.stderr

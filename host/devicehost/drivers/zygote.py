@@ -45,7 +45,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from devicehost.subprocesses import die_with_parent, host_environment, start_helper
+from devicehost.subprocesses import (
+    die_with_parent,
+    host_environment,
+    name_process,
+    start_helper,
+)
 
 log = logging.getLogger(__name__)
 
@@ -268,6 +273,7 @@ def _reap_later(process: _Process, tries: int = 200) -> None:
 def serve(control: socket.socket) -> None:
     """Fork workers on request until the host closes the channel; then kill them and return."""
     die_with_parent()
+    name_process("dh-zygote")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the host decides when workers stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     from devicehost.drivers import worker  # every worker's code, imported once for all

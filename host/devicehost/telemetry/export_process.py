@@ -37,7 +37,12 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from devicehost.subprocesses import die_with_parent, host_environment, start_helper
+from devicehost.subprocesses import (
+    die_with_parent,
+    host_environment,
+    name_process,
+    start_helper,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -238,6 +243,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fd", type=int, required=True, help="the channel's file descriptor")
     args = parser.parse_args(argv)
     die_with_parent()
+    name_process("dh-spans")
     with contextlib.suppress(OSError):
         os.nice(NICENESS)
     logging.basicConfig(stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
