@@ -303,10 +303,10 @@ async def _devices(config: HostConfig, as_json: bool) -> int:
 
 
 async def _check_driver_sections(config: HostConfig) -> None:
-    from devicehost.drivers.discovery import DriverStatus
-
     """Let each installed driver validate its own section (its configure raises ValueError),
     and check that every resource's socket path fits the unix limit."""
+    from devicehost.drivers.discovery import DriverStatus
+
     host = _host(config)
     try:
         await host.prepare(scan=False)

@@ -3,9 +3,9 @@
 The worker is forked by the zygote (``zygote``). The host talks to it over a socket pair
 (``protocol``) and reads its stderr, a pipe, as the driver's log. Calls are bounded: at
 most ``MAX_PENDING`` at a time, each with a timeout; a call whose caller gives up is
-cancelled in the worker before it starts. A worker that
-stops answering (every call thread stuck, or no answer to a ping after a timeout) is
-killed, so the supervisor can start a fresh one.
+cancelled in the worker before it starts. A worker that stops answering (every call thread
+stuck, or no answer to a ping after a timeout) is killed, so the supervisor can start a
+fresh one.
 """
 
 from __future__ import annotations
