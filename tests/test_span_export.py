@@ -84,3 +84,132 @@ def test_the_export_process_is_named_for_ps_and_top():
             eventually(lambda: comm.read_text().strip() == "dh-spans", timeout=20)
         finally:
             processor.close(5.0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def held_spans(clock, max_wait=5.0, max_bytes=1000):
+    from devicehost.telemetry.export_process import HeldSpans
+
+    return HeldSpans(max_wait, max_bytes, clock)
+
+
+def test_the_exporter_holds_spans_until_the_host_says_requests_paused():
+    """Spans handed over during a burst (the host's queue was full) wait in the exporter;
+    the host's word that requests paused makes them due."""
+    clock = Clock()
+    held = held_spans(clock)
+    assert held.wait() is None
+    held.add([b"span"] * 10, export_now=False)
+    clock.now += 1.0
+    assert held.wait() == pytest.approx(4.0)
+    held.add([], export_now=True)
+    assert held.wait() == 0.0
+    assert held.take() == [b"span"] * 10
+    assert held.wait() is None
+
+
+def test_no_span_waits_in_the_exporter_past_the_schedule_delay():
+    """Without word from the host, the oldest held span is exported after
+    OTEL_BSP_SCHEDULE_DELAY."""
+    clock = Clock()
+    held = held_spans(clock, max_wait=1.0)
+    held.add([b"span"], export_now=False)
+    clock.now += 0.999
+    held.add([b"span"], export_now=False)
+    assert held.wait() > 0
+    clock.now += 0.001
+    assert held.wait() == 0.0
+
+
+def test_held_spans_are_bounded_in_bytes():
+    """However fast spans arrive, no more than max_bytes wait in the exporter."""
+    held = held_spans(Clock(), max_bytes=10)
+    held.add([b"12345"], export_now=False)
+    assert held.wait() > 0
+    held.add([b"67890"], export_now=False)
+    assert held.wait() == 0.0
+
+
+@pytest.fixture
+def process_pipeline(monkeypatch):
+    """A tracer whose spans go through the real export process to a real receiver."""
+    from devicehost.telemetry.export_process import ProcessSpanProcessor
+    from devicehost.testing import OtlpReceiver
+
+    def build(**env):
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        receiver = stack.enter_context(OtlpReceiver())
+        processor = ProcessSpanProcessor(receiver.endpoint, {"service.name": "t"}, ("t", "1"))
+        stack.callback(processor.close, 5.0)
+        provider = TracerProvider()
+        provider.add_span_processor(processor)
+        return provider.get_tracer("test"), processor, receiver
+
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        yield build
+
+
+def test_spans_of_a_burst_wait_in_the_host_until_requests_pause(process_pipeline):
+    """Spans that end back to back on the event loop stay in the host (no message, no
+    wake-up of the exporter); once the loop has been quiet they all reach the collector."""
+    import asyncio
+
+    tracer, processor, receiver = process_pipeline()
+
+    async def burst():
+        spans(tracer, 50)  # one loop turn: no timer can fire in between
+        held = len(processor._held)
+        deadline = time.monotonic() + 20
+        while len(receiver.spans) < 50 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # the loop runs: the quiet timer fires
+        return held, len(receiver.spans)
+
+    assert asyncio.run(burst()) == (50, 50)
+
+
+def test_a_full_queue_is_handed_over_but_not_exported_during_the_burst(process_pipeline):
+    """At OTEL_BSP_MAX_QUEUE_SIZE the host hands spans to the exporter, which holds them
+    while the burst goes on and exports them when the host reports the pause."""
+    import asyncio
+
+    tracer, processor, receiver = process_pipeline(OTEL_BSP_MAX_QUEUE_SIZE="10")
+
+    async def burst():
+        spans(tracer, 25)  # 2 hand-overs of 10; 5 stay in the host
+        await asyncio.sleep(0)  # let the hand-over finish, the quiet timer not yet fire
+        handed_over = 25 - len(processor._held)
+        time.sleep(0.3)  # the burst "goes on": the loop is busy, the exporter waits
+        exported_meanwhile = len(receiver.spans)
+        deadline = time.monotonic() + 20
+        while len(receiver.spans) < 25 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # the pause: the host sends the rest and says so
+        return handed_over, exported_meanwhile, len(receiver.spans)
+
+    assert asyncio.run(burst()) == (20, 0, 25)
+
+
+def test_a_long_burst_reaches_the_collector_while_it_goes_on(process_pipeline):
+    """Through the real export process to a real receiver: spans that never pause arrive
+    once the oldest has waited OTEL_BSP_SCHEDULE_DELAY, before the burst ends."""
+    import asyncio
+
+    tracer, _, receiver = process_pipeline(OTEL_BSP_SCHEDULE_DELAY="200")
+
+    async def burst():
+        deadline = time.monotonic() + 20
+        while not receiver.spans and time.monotonic() < deadline:
+            spans(tracer, 1)
+            await asyncio.sleep(0.001)  # never the 5 ms pause that would export
+        return len(receiver.spans)
+
+    assert asyncio.run(burst()) > 0, "no span arrived while the burst went on"

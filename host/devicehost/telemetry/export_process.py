@@ -3,18 +3,22 @@
 The SDK's exporters encode every span to protobuf in Python: about 0.1 ms per span. In the
 host that work holds the GIL, and under sustained load it shows up in Allocate's tail (the
 p99 tripled with tracing on). Here the host only turns each finished span into plain data
-(``span_to_plain``) and sends it over a ``SOCK_SEQPACKET`` pair to
+(``span_to_plain``, then bytes) and sends it over a ``SOCK_SEQPACKET`` pair to
 ``python -m devicehost.telemetry.export_process``, a fresh interpreter that rebuilds the
 spans and exports them with the SDK's own OTLP exporter (``tracing.otlp_exporter``: the same
-endpoint, protocol, headers and ``OTEL_*`` variables). Spans that end on the event loop
-within ``HOLD_SECONDS`` of each other share one datagram (fewer system calls and wake-ups
-of the exporter under load). Sending never blocks: when the
-child falls behind and the socket buffer is full, new spans are dropped and counted, as the
-SDK's batch processor drops them when its queue is full.
+endpoint, protocol, headers and ``OTEL_*`` variables). Sending never blocks: when
+the child falls behind and the socket buffer is full, new spans are dropped and counted,
+as the SDK's batch processor drops them when its queue is full.
 
-The exporter batches what arrives and exports after ``QUIET_SECONDS`` without a new span
-or at ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` spans. It runs at a lower CPU priority
-(``NICENESS``): on a busy node the kubelet's requests come first and spans wait.
+Pods start in bursts, and any work beside a burst slows it, even at a lower priority and
+even in another process (docs/performance.md measured it); a pause costs nothing. So the
+host holds spans until requests pause (``QUIET_SECONDS`` after the last one ended), then
+sends them and the exporter encodes and exports them at once, in batches of
+``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``. Bounds keep the wait finite under sustained load: at
+``OTEL_BSP_MAX_QUEUE_SIZE`` spans (2048) the host hands them over and the exporter holds
+them, and once the oldest has waited ``OTEL_BSP_SCHEDULE_DELAY`` (5 s, the SDK's own
+default) everything is exported, pause or not. The exporter also holds at most
+``HOLD_BYTES`` and runs at a lower CPU priority (``NICENESS``).
 
 When the host closes its end, the child exports what is left and exits; the host waits
 ``flush_seconds`` for that, then kills it.
@@ -33,9 +37,12 @@ import socket
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.trace import SpanKind, StatusCode
 
 from devicehost.subprocesses import (
     die_with_parent,
@@ -43,6 +50,7 @@ from devicehost.subprocesses import (
     name_process,
     start_helper,
 )
+from devicehost.telemetry.tracing import env_int
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -55,9 +63,11 @@ QUIET_SECONDS = 0.005
 BATCH_SIZE = 512
 SEND_BUFFER_BYTES = 1 << 21
 NICENESS = 10
-HOLD_SECONDS = 0.002
-HOLD_SPANS = 64
+SEND_SPANS = 256
+MAX_QUEUE_SIZE = 2048
 RECEIVE_BYTES = 1 << 20
+SCHEDULE_DELAY_MILLIS = 5000
+HOLD_BYTES = 8 << 20
 
 
 def span_to_plain(span: ReadableSpan) -> tuple[Any, ...]:
@@ -65,25 +75,43 @@ def span_to_plain(span: ReadableSpan) -> tuple[Any, ...]:
     context = span.context
     parent = span.parent
     status = span.status
+    attributes = span.attributes
     return (
         span.name,
         context.trace_id if context else 0,
         context.span_id if context else 0,
         (parent.span_id, parent.is_remote) if parent is not None else None,
         context.trace_state.to_header() if context and context.trace_state else "",
-        span.kind.value,
+        _VALUE[span.kind],
         span.start_time,
         span.end_time,
-        dict(span.attributes or {}),
+        # a request span's own dict is marshalled as it is; the SDK's bounded mapping is not
+        # a dict and is copied
+        attributes if type(attributes) is dict else dict(attributes or {}),
         [(e.name, e.timestamp, dict(e.attributes or {})) for e in span.events],
         [(k.context.trace_id, k.context.span_id, dict(k.attributes or {})) for k in span.links],
-        status.status_code.value,
+        _VALUE[status.status_code],
         status.description,
     )
 
 
+#: Enum members to their values: ``member.value`` is a descriptor call, this a dict lookup.
+_VALUE: dict[Any, int] = {
+    member: member.value for enum in (SpanKind, StatusCode) for member in enum
+}
+
+
 class ProcessSpanProcessor(SpanProcessor):
-    """Sends every sampled span to the export process; never blocks the caller."""
+    """Sends every sampled span to the export process; never blocks the caller.
+
+    Each span becomes bytes as it ends. Those that end on the event loop wait in the host
+    until requests pause (``QUIET_SECONDS`` after the last span ended), so a burst of pod
+    starts wakes no other process; then the host sends them and tells the exporter to
+    export. At ``OTEL_BSP_MAX_QUEUE_SIZE`` held spans the host sends them during the burst
+    but tells the exporter to hold them; and once the oldest span has waited
+    ``OTEL_BSP_SCHEDULE_DELAY``, everything is exported, burst or not. A message carries
+    ``SEND_SPANS`` and the loop runs between messages, so a request that arrives meanwhile
+    waits for one small message at most."""
 
     def __init__(self, endpoint: str, resource: dict[str, Any], scope: tuple[str, str]) -> None:
         self.dropped = 0
@@ -94,7 +122,12 @@ class ProcessSpanProcessor(SpanProcessor):
         ours.sendall(marshal.dumps((resource, scope)))
         ours.setblocking(False)
         self._socket: socket.socket | None = ours
-        self._held: list[ReadableSpan] = []
+        self.max_wait = env_int("OTEL_BSP_SCHEDULE_DELAY", SCHEDULE_DELAY_MILLIS) / 1000
+        self.max_held = env_int("OTEL_BSP_MAX_QUEUE_SIZE", MAX_QUEUE_SIZE)
+        self._held: list[bytes] = []
+        self._last_at = 0.0
+        self._waiting_since = 0.0  # when the oldest span not yet exported ended; 0: none
+        self._timer: asyncio.TimerHandle | None = None
         self._lock = threading.Lock()  # spans may end on other threads than the loop's
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
@@ -103,30 +136,69 @@ class ProcessSpanProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         if self._socket is None or not span.context or not span.context.trace_flags.sampled:
             return
-        with self._lock:  # converted when sent: after the request's answer has gone
-            held = self._held
-            held.append(span)
+        # Held as bytes: a held span object (with its dicts and context) would stay
+        # tracked by the garbage collector, and a burst of them made gen-0 collections
+        # twice as frequent on the request path (docs/performance.md).
+        data = marshal.dumps(span_to_plain(span))
+        now = time.monotonic()
+        with self._lock:
+            self._held.append(data)
+            self._last_at = now
+            if not self._waiting_since:
+                self._waiting_since = now
+            full = len(self._held) >= self.max_held
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # not on the event loop: send at once
             self._send()
             return
-        if len(held) == HOLD_SPANS:
-            loop.call_soon(self._send)
-        elif len(held) == 1:
-            loop.call_later(HOLD_SECONDS, self._send)
+        if full:
+            self._send_in_steps(loop, False)
+        if self._timer is None:
+            self._timer = loop.call_at(loop.time() + QUIET_SECONDS, self._check, loop)
+
+    def _check(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Export when requests have paused or the oldest span waited long enough."""
+        self._timer = None
+        if not self._waiting_since:
+            return
+        now = time.monotonic()
+        due = min(self._last_at + QUIET_SECONDS, self._waiting_since + self.max_wait)
+        if now >= due:
+            self._send_in_steps(loop, True)
+        else:
+            self._timer = loop.call_at(loop.time() + due - now, self._check, loop)
+
+    def _send_in_steps(self, loop: asyncio.AbstractEventLoop, export: bool) -> None:
+        """Send what is held, one message per loop turn; ``export``: the last message tells
+        the exporter to export everything it holds."""
+        with self._lock:
+            spans, self._held = self._held[:SEND_SPANS], self._held[SEND_SPANS:]
+            left = bool(self._held)
+            if export and not left:
+                self._waiting_since = 0.0
+        self._send_message(spans, export and not left)
+        if left:
+            loop.call_soon(self._send_in_steps, loop, export)
 
     def _send(self) -> None:
+        """Send everything held now and have it exported (a span off the loop, a flush)."""
         with self._lock:
-            held, self._held = self._held, []
-        if not held or self._socket is None:
+            spans, self._held = self._held, []
+            self._waiting_since = 0.0
+        for start in range(0, len(spans), SEND_SPANS):
+            self._send_message(spans[start : start + SEND_SPANS], False)
+        self._send_message([], True)
+
+    def _send_message(self, spans: list[bytes], export: bool) -> None:
+        if self._socket is None:
             return
         try:
-            self._socket.send(marshal.dumps([span_to_plain(span) for span in held]))
+            self._socket.send(marshal.dumps((export, spans)))
         except (BlockingIOError, OSError) as exc:
             if not self.dropped:
                 log.warning("tracing: the span exporter is not keeping up (%s); spans dropped", exc)
-            self.dropped += len(held)
+            self.dropped += len(spans)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         self._send()  # the export process batches and exports what it receives
@@ -179,12 +251,45 @@ def _rebuild(
     )
 
 
+class HeldSpans:
+    """Spans the exporter holds until the host says requests paused, within bounds."""
+
+    def __init__(
+        self, max_wait: float, max_bytes: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.max_wait, self.max_bytes, self.clock = max_wait, max_bytes, clock
+        self.spans: list[bytes] = []
+        self.size = 0
+        self.first_at = 0.0
+        self.export_now = False
+
+    def add(self, spans: list[bytes], export_now: bool) -> None:
+        if spans and not self.spans:
+            self.first_at = self.clock()
+        self.spans.extend(spans)
+        self.size += sum(map(len, spans))
+        self.export_now = self.export_now or export_now
+
+    def wait(self) -> float | None:
+        """Seconds until the held spans are due (0: now); None when nothing is held."""
+        if not self.spans:
+            self.export_now = False
+            return None
+        if self.export_now or self.size >= self.max_bytes:
+            return 0.0
+        return max(0.0, self.first_at + self.max_wait - self.clock())
+
+    def take(self) -> list[bytes]:
+        spans, self.spans, self.size, self.export_now = self.spans, [], 0, False
+        return spans
+
+
 def serve(channel: socket.socket) -> None:
     """Rebuild and export spans until the host closes the channel."""
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import Event
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-    from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+    from opentelemetry.trace import Link, SpanContext, Status, TraceFlags
     from opentelemetry.trace.span import TraceState
 
     from devicehost.telemetry.tracing import otlp_exporter
@@ -203,22 +308,30 @@ def serve(channel: socket.socket) -> None:
     scope = InstrumentationScope(scope_name, scope_version)
     flags = TraceFlags(TraceFlags.SAMPLED)
     exporter = otlp_exporter(os.environ.pop(ENDPOINT_VARIABLE, ""))
-    try:
-        limit = max(1, int(os.environ.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", BATCH_SIZE)))
-    except ValueError:
-        limit = BATCH_SIZE
-    batch: list[ReadableSpan] = []
+    limit = env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", BATCH_SIZE)
+    held = HeldSpans(env_int("OTEL_BSP_SCHEDULE_DELAY", SCHEDULE_DELAY_MILLIS) / 1000, HOLD_BYTES)
 
     def export() -> None:
-        if batch:
+        spans: list[ReadableSpan] = []
+        for span in held.take():
             try:
-                exporter.export(batch)
+                spans.append(_rebuild(marshal.loads(span), resource, scope, flags, classes))
+            except (ValueError, TypeError, EOFError):
+                log.exception("tracing: a span could not be rebuilt; dropped")
+        for start in range(0, len(spans), limit):
+            try:
+                exporter.export(spans[start : start + limit])
             except Exception:
-                log.exception("tracing: exporting %d spans failed", len(batch))
-            batch.clear()
+                log.exception(
+                    "tracing: exporting %d spans failed", len(spans[start : start + limit])
+                )
 
     while True:
-        channel.settimeout(QUIET_SECONDS if batch else None)
+        wait = held.wait()
+        if wait == 0.0:
+            export()
+            continue
+        channel.settimeout(wait)
         try:
             data = channel.recv(RECEIVE_BYTES)
         except TimeoutError:
@@ -227,11 +340,10 @@ def serve(channel: socket.socket) -> None:
         if not data:
             break
         try:
-            batch.extend(_rebuild(p, resource, scope, flags, classes) for p in marshal.loads(data))
+            export_now, spans = marshal.loads(data)
+            held.add(list(spans), bool(export_now))
         except (ValueError, TypeError, EOFError):
-            log.exception("tracing: a span could not be rebuilt; dropped")
-        if len(batch) >= limit:
-            export()
+            log.exception("tracing: a message from the host could not be read; dropped")
     export()
     exporter.shutdown()
 

@@ -13,6 +13,7 @@ hands itself to the export process's span processor, which reads exactly these f
 
 from __future__ import annotations
 
+import functools
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +21,7 @@ from typing import Any, NamedTuple
 
 from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util import types
 
@@ -33,6 +35,8 @@ class Event(NamedTuple):
 
 
 UNSET = Status(StatusCode.UNSET)
+SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 
 
 class RequestSpan(trace.Span):
@@ -119,18 +123,22 @@ def start_request_span(
 ) -> trace.Span:
     """A SERVER span under ``parent_context`` (a remote ``traceparent``, or none), sampled
     by the provider's sampler; a span the sampler drops records nothing."""
-    parent = trace.get_current_span(parent_context).get_span_context()
     ids = provider.id_generator
+    sampler = provider.sampler
+    if not parent_context and _samples_every_root(sampler):
+        # No parent, and a sampler whose root decision is a constant "yes" (the default,
+        # parentbased_always_on): the answer is known without asking it.
+        context = SpanContext(ids.generate_trace_id(), ids.generate_span_id(), False, SAMPLED)
+        return RequestSpan(name, context, None, SpanKind.SERVER, attributes, sink)
+    parent = trace.get_current_span(parent_context).get_span_context()
     trace_id = parent.trace_id if parent.is_valid else ids.generate_trace_id()
-    decision = provider.sampler.should_sample(
-        parent_context, trace_id, name, SpanKind.SERVER, attributes
-    )
+    decision = sampler.should_sample(parent_context, trace_id, name, SpanKind.SERVER, attributes)
     sampled = decision.decision.is_sampled()
     context = SpanContext(
         trace_id,
         ids.generate_span_id(),
         is_remote=False,
-        trace_flags=TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT),
+        trace_flags=SAMPLED if sampled else NOT_SAMPLED,
         trace_state=decision.trace_state,
     )
     if not sampled:
@@ -143,3 +151,18 @@ def start_request_span(
         {**attributes, **(decision.attributes or {})},
         sink,
     )
+
+
+#: Samplers that record every span without a parent, and add no attributes or trace state
+#: to it, by their own description (``Sampler.get_description``: public, and it names the
+#: root sampler). ``parentbased_always_on`` is OpenTelemetry's default.
+def _description(sampler: Sampler) -> str:
+    return sampler.get_description()
+
+
+ROOT_ALWAYS_SAMPLED = frozenset(map(_description, (ALWAYS_ON, ParentBased(ALWAYS_ON))))
+
+
+@functools.lru_cache(maxsize=8)
+def _samples_every_root(sampler: Sampler) -> bool:
+    return _description(sampler) in ROOT_ALWAYS_SAMPLED

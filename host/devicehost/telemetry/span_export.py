@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import threading
 import time
 from typing import TYPE_CHECKING
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from devicehost.telemetry.tracing import Activity
+from devicehost.telemetry.tracing import Activity, env_int
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -36,26 +35,16 @@ QUIET_SECONDS = 0.005
 BATCH_SIZE = 32
 
 
-def _env_int(name: str, default: int) -> int:
-    try:
-        return max(1, int(os.environ.get(name, default)))
-    except ValueError:
-        log.warning("%s=%r is not an integer; using %d", name, os.environ[name], default)
-        return default
-
-
 class IdleSpanProcessor(SpanProcessor):
     """Buffers sampled spans and exports them in small batches when the host is idle."""
 
     def __init__(self, exporter: SpanExporter, activity: Activity) -> None:
         self.exporter = exporter
         self.activity = activity
-        self.max_queue = _env_int("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
+        self.max_queue = env_int("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
         self.high_water = max(1, self.max_queue * 3 // 4)
-        self.max_delay = _env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
-        self.batch_size = min(
-            _env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", BATCH_SIZE), self.max_queue
-        )
+        self.max_delay = env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
+        self.batch_size = min(env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", BATCH_SIZE), self.max_queue)
         self.dropped = 0
         self._draining = False
         self._queue: collections.deque[tuple[float, ReadableSpan]] = collections.deque()

@@ -85,7 +85,17 @@ CHOICE_EVENT = "devicehost.preferred_allocation.choice"
 INSTANCE_NAMESPACE = uuid.UUID("4d63009a-8d0f-11ee-aad7-4c796ed8e320")
 
 DEVICE_PLUGIN_SERVICE = "v1beta1.DevicePlugin"
+EMPTY_CONTEXT = otel_context.Context()
 REGISTRATION_SERVICE = "v1beta1.Registration"
+
+
+def env_int(name: str, default: int) -> int:
+    """A positive integer from an ``OTEL_BSP_*``-style variable; a bad value is logged."""
+    try:
+        return max(1, int(os.environ.get(name, default)))
+    except ValueError:
+        log.warning("%s=%r is not an integer; using %d", name, os.environ[name], default)
+        return default
 
 
 def rpc_attributes(service: str, method: str) -> dict[str, str]:
@@ -202,6 +212,7 @@ class Tracing:
         self.enabled = provider is not None
         self.activity = Activity()
         self.sender: ProcessSpanProcessor | None = None
+        self._static_attributes: dict[tuple[str, str, str, str], dict[str, Any]] = {}
 
     @classmethod
     def from_config(
@@ -274,6 +285,21 @@ class Tracing:
                 self.exporter.shutdown()  # ends the retries; the processor's join returns
         self.provider.shutdown()
 
+    def _attributes_of(self, method: str, resource: str, driver: Any) -> dict[str, Any]:
+        """A fresh copy of the attributes every span of this method and resource starts
+        with (built once: the request path only copies them)."""
+        key = (method, resource, driver.name, driver.info.version)
+        static = self._static_attributes.get(key)
+        if static is None:
+            static = self._static_attributes[key] = {
+                **rpc_attributes(DEVICE_PLUGIN_SERVICE, method),
+                RESOURCE: resource,
+                DRIVER: driver.name,
+                DRIVER_VERSION: driver.info.version,
+                **({NODE: self.node_name} if self.node_name else {}),
+            }
+        return static.copy()
+
     @contextmanager
     def rpc_span(
         self,
@@ -289,30 +315,23 @@ class Tracing:
             yield trace.INVALID_SPAN
             return
         carrier = {k: v for k, v in metadata or () if isinstance(v, str)}
-        parent = extract(carrier) if "traceparent" in carrier else otel_context.Context()
-        attributes = {
-            **rpc_attributes(DEVICE_PLUGIN_SERVICE, method),
-            RESOURCE: resource,
-            DRIVER: driver.name,
-            DRIVER_VERSION: driver.info.version,
-        }
-        if self.node_name:
-            attributes[NODE] = self.node_name
+        parent = extract(carrier) if "traceparent" in carrier else EMPTY_CONTEXT
+        attributes = self._attributes_of(method, resource, driver)
         if extra:
             attributes.update(extra)
+        if self.sender is not None:  # the hot path: a plain span (request_span.py)
+            span = start_request_span(
+                self.provider, self.sender.on_end, attributes[RPC_METHOD], parent, attributes
+            )
+            token = otel_context.attach(trace.set_span_in_context(span))
+            try:
+                yield span
+            finally:
+                otel_context.detach(token)
+                span.end()
+            return
         self.activity.begin()
         try:
-            if self.sender is not None:  # the hot path: a plain span (request_span.py)
-                span = start_request_span(
-                    self.provider, self.sender.on_end, attributes[RPC_METHOD], parent, attributes
-                )
-                token = otel_context.attach(trace.set_span_in_context(span))
-                try:
-                    yield span
-                finally:
-                    otel_context.detach(token)
-                    span.end()
-                return
             with self.tracer.start_as_current_span(
                 attributes[RPC_METHOD],
                 context=parent,
