@@ -15,7 +15,7 @@ from bench import benchmarks
 from bench.harness import Workspace, write_result
 
 FULL = {
-    "runs": 3,
+    "runs": 7,
     "calls": 2000,
     "cold_runs": 5,
     "restarts": 20,

@@ -29,6 +29,9 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 VENDOR_DRIVERS = ("nvidia", "ascend", "rdma")
 
+#: Allocates before timing starts (channel set up, caches warm).
+WARMUP = 200
+
 
 def percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100)."""
@@ -182,7 +185,7 @@ def socket_of(kubelet: KubeletStandIn, resource: str) -> Path:
 
 
 def allocate_latencies(
-    socket: Path, device_ids: list[str], count: int, warmup: int = 200, pace: float = 0.0
+    socket: Path, device_ids: list[str], count: int, warmup: int = WARMUP, pace: float = 0.0
 ) -> list[float]:
     """Sequential Allocate round trips of one container over a fresh channel, in ms;
     ``pace`` seconds apart (0: back to back)."""
