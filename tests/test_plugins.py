@@ -191,3 +191,37 @@ def test_a_worker_imports_neither_grpc_nor_opentelemetry():
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert loaded == "[]"
+
+
+def test_name_and_version_come_from_the_metadata_headers_only():
+    """The description after the headers may quote header lines; they are not the
+    distribution's own (core metadata: headers end at the first blank line)."""
+    from devicehost.drivers.discovery import name_and_version
+
+    metadata = (
+        "Metadata-Version: 2.1\nName: devicehost-acme\nVersion: 2.3.1\n"
+        "Summary: a driver; Version: 9 is not its version\n\n"
+        "Name: example\nVersion: 0.0.1\n"
+    )
+    assert name_and_version(metadata) == ("devicehost-acme", "2.3.1")
+    assert name_and_version("Metadata-Version: 2.1\n") == ("?", "?")
+
+
+def test_discovery_lists_drivers_without_the_email_parser():
+    """Listing drivers reads two header lines; importing the email parser that
+    Distribution.metadata uses would cost every cold start ~15 ms."""
+    import subprocess
+    import sys
+
+    from devicehost.subprocesses import host_environment
+
+    code = (
+        "import sys; from devicehost.drivers.discovery import load_plugins; "
+        "print(sorted(i.version for i in load_plugins().drivers)); "
+        "print('email.parser' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=host_environment(), capture_output=True, text=True
+    )
+    versions, parser_loaded = out.stdout.splitlines()
+    assert "?" not in versions and parser_loaded == "False"
