@@ -79,3 +79,23 @@ def test_the_default_sampler_is_not_asked_about_a_root_span(monkeypatch):
     span, _ = root_span(sampler)
     assert span.is_recording() is False and span.get_span_context().trace_flags.sampled
     assert asked == []
+
+
+def test_with_tracing_off_the_host_never_imports_the_sdk():
+    """The SDK (its sampler and span classes) costs ~20 ms of every cold start; without an
+    endpoint nothing needs it."""
+    import subprocess
+    import sys
+
+    from devicehost.subprocesses import host_environment
+
+    probe = (
+        "import sys, devicehost.cli, devicehost.lifecycle; "
+        "from devicehost.telemetry.tracing import Tracing; "
+        "Tracing.from_config('', 'node', '1'); "
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], env=host_environment(), capture_output=True, text=True
+    )
+    assert loaded.stdout.strip() == "[]", loaded.stderr

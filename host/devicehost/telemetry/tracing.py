@@ -29,7 +29,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -40,7 +40,6 @@ from opentelemetry.propagate import extract
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from devicehost.config import redact_url
-from devicehost.telemetry.request_span import start_request_span
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is on: start-up stays fast
     from opentelemetry.sdk.trace import TracerProvider
@@ -196,6 +195,10 @@ class Activity:
         return 0.0 if self.in_flight else time.monotonic() - self.last_end
 
 
+def _no_request_span(*_: Any) -> Span:
+    return trace.INVALID_SPAN
+
+
 class Tracing:
     """The host's tracer and the helpers that give every span the same shape."""
 
@@ -213,6 +216,8 @@ class Tracing:
         self.activity = Activity()
         self.sender: ProcessSpanProcessor | None = None
         self._static_attributes: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        #: request_span.start_request_span, imported with the SDK only when tracing is on
+        self.start_request_span: Callable[..., Span] = _no_request_span
 
     @classmethod
     def from_config(
@@ -242,8 +247,10 @@ class Tracing:
             # Encoding and sending happen in a process of their own: off the GIL that
             # serves the kubelet (``export_process``).
             from devicehost.telemetry.export_process import ProcessSpanProcessor
+            from devicehost.telemetry.request_span import start_request_span
 
             tracing = cls(provider, node_name)
+            tracing.start_request_span = start_request_span
             tracing.sender = ProcessSpanProcessor(
                 endpoint, dict(provider.resource.attributes), (INSTRUMENTATION, version)
             )
@@ -320,7 +327,7 @@ class Tracing:
         if extra:
             attributes.update(extra)
         if self.sender is not None:  # the hot path: a plain span (request_span.py)
-            span = start_request_span(
+            span = self.start_request_span(
                 self.provider, self.sender.on_end, attributes[RPC_METHOD], parent, attributes
             )
             token = otel_context.attach(trace.set_span_in_context(span))
