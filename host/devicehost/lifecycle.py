@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 STREAM_GRACE_SECONDS = 0.05
 STOP_TASKS_SECONDS = 0.5
+METRICS_BIND_SECONDS = 1.0
 START_WAIT_SECONDS = 5.0
 RUNNER_RETRY_SECONDS = 1.0
 SIM_PREFIX = "devicehost-sim-"
@@ -208,6 +209,9 @@ class Host:
         log.info(
             "serving %d resources: %s", len(self.resources), ", ".join(self.resources) or "none"
         )
+        # The Prometheus client is imported once start-up is over, so its ~20 ms never
+        # delay a registration; a scrape before then imports it at once (metrics.py).
+        asyncio.get_running_loop().call_later(METRICS_BIND_SECONDS, self.telemetry.metrics.bind)
 
     async def prepare(self, scan: bool = True) -> None:
         """Start every driver and take a first snapshot, serving nothing.

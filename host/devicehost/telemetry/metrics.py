@@ -5,26 +5,27 @@ nothing here writes protocol text. Each host gets a registry of its own: several
 one process (tests, the demo) never share a counter. Gauges that describe current state
 (devices per health, driver info) are computed at scrape time by a custom collector from
 the host itself, never kept in two places.
+
+The library is imported on first need — a scrape, a read, or ``Metrics.bind()``, which the
+host calls once its drivers have settled — not at start-up: it brings ``http.server``, the
+email parser and ``datetime``, about 20 ms of every cold start before the first
+registration. Until then counts and observations are kept as plain numbers and handed to
+the library when it arrives (``MAX_PENDING`` observations at most: more bind at once).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import prometheus_client
-import prometheus_client.exposition
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 #: The ``Content-Type`` of ``Metrics.render()``: ``generate_latest`` writes the classic
-#: text format, version 0.0.4, which every Prometheus reads.
-CONTENT_TYPE = prometheus_client.exposition.CONTENT_TYPE_PLAIN_0_0_4
-
-# A ``_created`` series beside every counter and histogram doubles the series count for a
-# start time Prometheus already has from the process; the names stay the documented ones.
-prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+#: text format, version 0.0.4, which every Prometheus reads (the library's
+#: ``CONTENT_TYPE_PLAIN_0_0_4``; a test holds them equal).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MAX_PENDING = 10_000
 
 DURATION_BUCKETS = (
     0.0005,
@@ -50,27 +51,36 @@ class Counter:
     """A counter with named labels; ``value`` reads one series back (tests, the demo)."""
 
     def __init__(
-        self,
-        registry: CollectorRegistry,
-        name: str,
-        help_text: str,
-        label_names: Sequence[str] = (),
+        self, metrics: Metrics, name: str, help_text: str, label_names: Sequence[str] = ()
     ) -> None:
-        # prometheus_client appends ``_total`` itself: give it the name without.
-        self.name = name
+        self.name, self.help = name, help_text
         self.label_names = tuple(label_names)
-        self._registry = registry
-        self._counter = prometheus_client.Counter(
-            name.removesuffix("_total"), help_text, self.label_names, registry=registry
-        )
+        self._metrics = metrics
+        self._counter: Any = None
         self._children: dict[tuple[str, ...], Any] = {}
+        self._pending: dict[tuple[str, ...], float] = {}
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
+        if self._counter is None:
+            key = tuple(labels[n] for n in self.label_names)
+            self._pending[key] = self._pending.get(key, 0.0) + amount
+            return
         _child(self._counter, self._children, self.label_names, labels).inc(amount)
+
+    def bind(self, registry: CollectorRegistry) -> None:
+        import prometheus_client
+
+        # prometheus_client appends ``_total`` itself: give it the name without.
+        self._counter = prometheus_client.Counter(
+            self.name.removesuffix("_total"), self.help, self.label_names, registry=registry
+        )
+        for key, amount in self._pending.items():
+            self.inc(amount, **dict(zip(self.label_names, key, strict=True)))
+        self._pending.clear()
 
     def value(self, **labels: str) -> float:
         wanted = {n: labels[n] for n in self.label_names}
-        return self._registry.get_sample_value(self.name, wanted) or 0.0
+        return self._metrics.bind().get_sample_value(self.name, wanted) or 0.0
 
 
 def _child(
@@ -95,26 +105,41 @@ class Histogram:
 
     def __init__(
         self,
-        registry: CollectorRegistry,
+        metrics: Metrics,
         name: str,
         help_text: str,
         label_names: Sequence[str] = (),
         buckets: Sequence[float] = DURATION_BUCKETS,
     ) -> None:
-        self.name = name
+        self.name, self.help = name, help_text
         self.label_names = tuple(label_names)
-        self._registry = registry
-        self._histogram = prometheus_client.Histogram(
-            name, help_text, self.label_names, registry=registry, buckets=tuple(buckets)
-        )
+        self.buckets = tuple(buckets)
+        self._metrics = metrics
+        self._histogram: Any = None
         self._children: dict[tuple[str, ...], Any] = {}
+        self._pending: list[tuple[float, dict[str, str]]] = []
 
     def observe(self, value: float, **labels: str) -> None:
+        if self._histogram is None:
+            self._pending.append((value, labels))
+            if len(self._pending) >= MAX_PENDING:
+                self._metrics.bind()
+            return
         _child(self._histogram, self._children, self.label_names, labels).observe(value)
+
+    def bind(self, registry: CollectorRegistry) -> None:
+        import prometheus_client
+
+        self._histogram = prometheus_client.Histogram(
+            self.name, self.help, self.label_names, registry=registry, buckets=self.buckets
+        )
+        for value, labels in self._pending:
+            self.observe(value, **labels)
+        self._pending.clear()
 
     def count(self, **labels: str) -> int:
         wanted = {n: labels[n] for n in self.label_names}
-        return int(self._registry.get_sample_value(f"{self.name}_count", wanted) or 0)
+        return int(self._metrics.bind().get_sample_value(f"{self.name}_count", wanted) or 0)
 
 
 class Gauge:
@@ -124,73 +149,104 @@ class Gauge:
         self.name, self.help, self.collect = name, help_text, collect
 
 
-class _ScrapeTimeGauges(Collector):
+def _scrape_time_collector(gauges: list[Gauge]) -> Any:
     """The custom collector behind every ``Gauge``: asks the host at each scrape."""
+    from prometheus_client.core import GaugeMetricFamily, Metric
+    from prometheus_client.registry import Collector
 
-    def __init__(self) -> None:
-        self.gauges: list[Gauge] = []
+    class ScrapeTimeGauges(Collector):
+        def collect(self) -> Iterator[Metric]:
+            for gauge in gauges:
+                samples = list(gauge.collect())
+                names = list(dict.fromkeys(k for labels, _ in samples for k in labels))
+                family = GaugeMetricFamily(gauge.name, gauge.help, labels=names)
+                for labels, value in samples:
+                    family.add_metric([labels.get(n, "") for n in names], value)
+                yield family
 
-    def collect(self) -> Iterator[Metric]:
-        for gauge in self.gauges:
-            samples = list(gauge.collect())
-            names = list(dict.fromkeys(k for labels, _ in samples for k in labels))
-            family = GaugeMetricFamily(gauge.name, gauge.help, labels=names)
-            for labels, value in samples:
-                family.add_metric([labels.get(n, "") for n in names], value)
-            yield family
+        def describe(self) -> Iterator[Metric]:
+            # Describing would call the host at registration time; an empty answer tells
+            # the registry not to check names up front.
+            return iter(())
 
-    def describe(self) -> Iterator[Metric]:
-        # Describing would call the host at registration time; an empty answer tells the
-        # registry not to check names up front.
-        return iter(())
+    return ScrapeTimeGauges()
 
 
 class Metrics:
     """Every devicehost metric. Names and labels are documented in docs/observability.md."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
+        self._registry: CollectorRegistry | None = None
+        self._gauges: list[Gauge] = []
         self.allocations = Counter(
-            self.registry,
+            self,
             "devicehost_allocations_total",
             "Container allocations answered, by resource and result (ok or the gRPC code).",
             ("resource", "result"),
         )
         self.allocate_duration = Histogram(
-            self.registry,
+            self,
             "devicehost_allocate_duration_seconds",
             "Time to answer one Allocate request, driver included.",
             ("resource",),
         )
         self.registrations = Counter(
-            self.registry,
+            self,
             "devicehost_registrations_total",
             "Registration attempts with the kubelet, by resource and result.",
             ("resource", "result"),
         )
         self.kubelet_restarts = Counter(
-            self.registry,
+            self,
             "devicehost_kubelet_restarts_total",
             "Times kubelet.sock was (re-)created while devicehost ran.",
         )
         self.driver_errors = Counter(
-            self.registry,
+            self,
             "devicehost_driver_errors_total",
             "Driver hook calls that raised, timed out or returned invalid data.",
             ("driver", "hook"),
         )
         self.driver_restarts = Counter(
-            self.registry,
+            self,
             "devicehost_driver_restarts_total",
             "Times a driver's worker process was started again after it went down.",
             ("driver",),
         )
-        self._gauges = _ScrapeTimeGauges()
-        self.registry.register(self._gauges)
+        self._series: tuple[Counter | Histogram, ...] = (
+            self.allocations,
+            self.allocate_duration,
+            self.registrations,
+            self.kubelet_restarts,
+            self.driver_errors,
+            self.driver_restarts,
+        )
+
+    def bind(self) -> CollectorRegistry:
+        """Import the Prometheus client, make the registry and hand it what was counted so
+        far; once (later calls return the registry)."""
+        if self._registry is None:
+            import prometheus_client
+
+            # A ``_created`` series beside every counter and histogram doubles the series
+            # count for a start time Prometheus already has from the process.
+            prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+            registry = prometheus_client.CollectorRegistry(auto_describe=False)
+            for metric in self._series:
+                metric.bind(registry)
+            registry.register(_scrape_time_collector(self._gauges))
+            self._registry = registry
+        return self._registry
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        return self.bind()
 
     def add_gauge(self, gauge: Gauge) -> None:
-        self._gauges.gauges.append(gauge)
+        self._gauges.append(gauge)
 
     def render(self) -> str:
         """Every metric in the Prometheus text format."""
-        return generate_latest(self.registry).decode()
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.bind()).decode()

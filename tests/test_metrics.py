@@ -1,0 +1,79 @@
+"""The Prometheus client arrives after start-up; nothing counted before it is lost."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import prometheus_client.exposition
+from prometheus_client.parser import text_string_to_metric_families
+
+from devicehost.subprocesses import host_environment
+from devicehost.telemetry import metrics as metrics_module
+from devicehost.telemetry.metrics import CONTENT_TYPE, Gauge, Metrics
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_counts_and_observations_before_the_client_arrives_are_kept():
+    metrics = Metrics()
+    metrics.registrations.inc(resource="r", result="ok")
+    metrics.registrations.inc(resource="r", result="ok")
+    metrics.registrations.inc(resource="r", result="UNAVAILABLE")
+    metrics.kubelet_restarts.inc()
+    metrics.allocate_duration.observe(0.0007, resource="r")
+    metrics.allocate_duration.observe(0.3, resource="r")
+    metrics.add_gauge(Gauge("devicehost_test_devices", "help", lambda: [({"a": "b"}, 4.0)]))
+    metrics.allocations.inc(resource="r", result="ok")  # counted after the first read too
+    found = samples(metrics.render())
+    metrics.allocations.inc(resource="r", result="ok")
+    assert found[("devicehost_registrations_total", (("resource", "r"), ("result", "ok")))] == 2
+    assert (
+        found[("devicehost_registrations_total", (("resource", "r"), ("result", "UNAVAILABLE")))]
+        == 1
+    )
+    assert found[("devicehost_kubelet_restarts_total", ())] == 1
+    assert found[("devicehost_allocate_duration_seconds_count", (("resource", "r"),))] == 2
+    assert (
+        found[("devicehost_allocate_duration_seconds_bucket", (("le", "0.001"), ("resource", "r")))]
+        == 1
+    )
+    assert found[("devicehost_test_devices", (("a", "b"),))] == 4.0
+    assert metrics.allocations.value(resource="r", result="ok") == 2
+
+
+def test_a_long_wait_for_the_client_keeps_no_more_than_max_pending(monkeypatch):
+    """Observations are not buffered without bound: at MAX_PENDING the client is brought in
+    and they are handed over."""
+    monkeypatch.setattr(metrics_module, "MAX_PENDING", 5)
+    metrics = Metrics()
+    for _ in range(12):
+        metrics.allocate_duration.observe(0.001, resource="r")
+    assert len(metrics.allocate_duration._pending) == 0
+    assert metrics.allocate_duration.count(resource="r") == 12
+
+
+def test_the_content_type_is_the_clients():
+    assert CONTENT_TYPE == prometheus_client.exposition.CONTENT_TYPE_PLAIN_0_0_4
+
+
+def test_the_host_starts_without_the_prometheus_client():
+    """Importing the host and counting leave the client out (its import pulls http.server,
+    the email parser and datetime: ~20 ms of every cold start); the first read brings it."""
+    probe = (
+        "import sys, devicehost.cli, devicehost.lifecycle; "
+        "from devicehost.telemetry.facade import Telemetry; "
+        "t = Telemetry(); t.metrics.registrations.inc(resource='r', result='ok'); "
+        "print('prometheus_client' in sys.modules); t.metrics.render(); "
+        "print('prometheus_client' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=host_environment(), capture_output=True, text=True
+    )
+    assert out.stdout.split() == ["False", "True"], out.stderr
