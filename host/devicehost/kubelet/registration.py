@@ -14,8 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
-from opentelemetry.trace import NoOpTracer, SpanKind
-from opentelemetry.util.types import AttributeValue
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 from tenacity.wait import wait_exponential_jitter
 
@@ -135,7 +133,7 @@ async def register(
     request = pb.RegisterRequest(
         version=API_VERSION, endpoint=endpoint, resource_name=resource, options=options
     )
-    tracer = tracing.tracer if tracing else NoOpTracer()
+    tracing = tracing or Tracing(None)
     retrying = AsyncRetrying(
         wait=_Wait(initial_backoff, max_backoff, rejected_backoff),
         retry=retry_if_exception_type(grpc.aio.AioRpcError),
@@ -146,19 +144,13 @@ async def register(
     async for attempt in retrying:
         with attempt:
             attempts += 1
-            attributes: dict[str, AttributeValue] = {
+            attributes = {
                 **rpc_attributes(REGISTRATION_SERVICE, "Register"),
                 SERVER_ADDRESS: str(kubelet_socket),
                 RESOURCE: resource,
                 ATTEMPT: attempts,
             }
-            with tracer.start_as_current_span(
-                f"{REGISTRATION_SERVICE}/Register",
-                kind=SpanKind.CLIENT,
-                attributes=attributes,
-                record_exception=False,
-                set_status_on_exception=False,
-            ) as span:
+            with tracing.client_span(f"{REGISTRATION_SERVICE}/Register", attributes) as span:
                 try:
                     async with grpc.aio.insecure_channel(f"unix://{kubelet_socket}") as channel:
                         await pb_grpc.RegistrationStub(channel).Register(

@@ -13,10 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from opentelemetry import trace
-from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext
-from opentelemetry.util.types import AttributeValue
-
 from devicehost import __version__
 from devicehost.config import HostConfig
 from devicehost.telemetry import tracing
@@ -26,6 +22,8 @@ from devicehost.telemetry.tracing import Tracing
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.trace import Span, SpanContext
+    from opentelemetry.util.types import AttributeValue
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +81,9 @@ class Telemetry:
         if identity is None:
             log.debug("no pod found for %s %s", resource, list(device_ids))
             return
+        from opentelemetry import trace
+        from opentelemetry.trace import Link, NonRecordingSpan
+
         parent = trace.set_span_in_context(NonRecordingSpan(allocate_span))
         attributes: dict[str, AttributeValue] = {
             tracing.RESOURCE: resource,

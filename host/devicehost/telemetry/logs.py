@@ -11,8 +11,6 @@ import logging
 import sys
 import time
 
-from opentelemetry import trace
-
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s%(trace)s"
 
 
@@ -20,9 +18,16 @@ class _TraceContext(logging.Filter):
     """Adds ``trace_id``/``span_id`` (empty outside a span) to every record."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        context = trace.get_current_span().get_span_context()
-        trace_id = format(context.trace_id, "032x") if context.is_valid else ""
-        span_id = format(context.span_id, "016x") if context.is_valid else ""
+        # OpenTelemetry is imported only when tracing is on; without it there is no span.
+        trace = sys.modules.get("opentelemetry.trace")
+        trace_id = span_id = ""
+        if trace is not None:
+            context = trace.get_current_span().get_span_context()
+            if context.is_valid:
+                trace_id, span_id = (
+                    format(context.trace_id, "032x"),
+                    format(context.span_id, "016x"),
+                )
         record.trace_id, record.span_id = trace_id, span_id
         record.trace = f" [trace_id={trace_id} span_id={span_id}]" if trace_id else ""
         return True

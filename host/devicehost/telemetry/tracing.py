@@ -34,16 +34,12 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from opentelemetry import context as otel_context
-from opentelemetry import trace
-from opentelemetry.propagate import extract
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
-
 from devicehost.config import redact_url
 
-if TYPE_CHECKING:  # the SDK is imported only when tracing is on: start-up stays fast
+if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on: start-up stays fast
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.trace import Span
 
     from devicehost.telemetry.export_process import ProcessSpanProcessor
 
@@ -84,7 +80,6 @@ CHOICE_EVENT = "devicehost.preferred_allocation.choice"
 INSTANCE_NAMESPACE = uuid.UUID("4d63009a-8d0f-11ee-aad7-4c796ed8e320")
 
 DEVICE_PLUGIN_SERVICE = "v1beta1.DevicePlugin"
-EMPTY_CONTEXT = otel_context.Context()
 REGISTRATION_SERVICE = "v1beta1.Registration"
 
 
@@ -195,8 +190,49 @@ class Activity:
         return 0.0 if self.in_flight else time.monotonic() - self.last_end
 
 
-def _no_request_span(*_: Any) -> Span:
-    return trace.INVALID_SPAN
+class _NoSpanContext:
+    """What ``get_span_context()`` answers when tracing is off: never valid."""
+
+    trace_id = span_id = 0
+    is_valid = is_remote = False
+
+
+class NoSpan:
+    """The span every request gets when tracing is off: records nothing, and needs no
+    OpenTelemetry import (the API alone costs ~15 ms of every cold start: its propagators
+    are found by scanning every distribution's entry points)."""
+
+    _context = _NoSpanContext()
+
+    def get_span_context(self) -> Any:
+        return self._context
+
+    def is_recording(self) -> bool:
+        return False
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        pass
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        pass
+
+    def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
+        pass
+
+    def set_status(self, status: Any, description: str | None = None) -> None:
+        pass
+
+    def record_exception(self, exception: BaseException, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def update_name(self, name: str) -> None:
+        pass
+
+    def end(self, end_time: int | None = None) -> None:
+        pass
+
+
+NO_SPAN: Any = NoSpan()
 
 
 class Tracing:
@@ -211,13 +247,19 @@ class Tracing:
         self.provider = provider
         self.exporter = exporter
         self.node_name = node_name
-        self.tracer = provider.get_tracer(INSTRUMENTATION) if provider else trace.NoOpTracer()
         self.enabled = provider is not None
         self.activity = Activity()
         self.sender: ProcessSpanProcessor | None = None
         self._static_attributes: dict[tuple[str, str, str, str], dict[str, Any]] = {}
         #: request_span.start_request_span, imported with the SDK only when tracing is on
-        self.start_request_span: Callable[..., Span] = _no_request_span
+        self.start_request_span: Callable[..., Span] = lambda *_: NO_SPAN
+        self.tracer: Any = None
+        if provider is not None:
+            from opentelemetry import context, propagate, trace
+
+            self.tracer = provider.get_tracer(INSTRUMENTATION)
+            self._context, self._trace, self._extract = context, trace, propagate.extract
+            self._empty_context = context.Context()
 
     @classmethod
     def from_config(
@@ -319,10 +361,10 @@ class Tracing:
         """A SERVER span for one kubelet request; a ``traceparent`` in metadata is its parent;
         ``extra`` attributes are set at its start."""
         if not self.enabled:  # no context switching at all when tracing is off
-            yield trace.INVALID_SPAN
+            yield NO_SPAN
             return
         carrier = {k: v for k, v in metadata or () if isinstance(v, str)}
-        parent = extract(carrier) if "traceparent" in carrier else EMPTY_CONTEXT
+        parent = self._extract(carrier) if "traceparent" in carrier else self._empty_context
         attributes = self._attributes_of(method, resource, driver)
         if extra:
             attributes.update(extra)
@@ -330,11 +372,11 @@ class Tracing:
             span = self.start_request_span(
                 self.provider, self.sender.on_end, attributes[RPC_METHOD], parent, attributes
             )
-            token = otel_context.attach(trace.set_span_in_context(span))
+            token = self._context.attach(self._trace.set_span_in_context(span))
             try:
                 yield span
             finally:
-                otel_context.detach(token)
+                self._context.detach(token)
                 span.end()
             return
         self.activity.begin()
@@ -342,7 +384,7 @@ class Tracing:
             with self.tracer.start_as_current_span(
                 attributes[RPC_METHOD],
                 context=parent,
-                kind=SpanKind.SERVER,
+                kind=self._trace.SpanKind.SERVER,
                 attributes=attributes,
                 record_exception=False,
                 set_status_on_exception=False,
@@ -352,10 +394,26 @@ class Tracing:
             self.activity.end()
 
     @contextmanager
+    def client_span(self, name: str, attributes: Mapping[str, Any]) -> Iterator[Span]:
+        """A CLIENT span for a call devicehost makes (registration); errors are the
+        caller's to record."""
+        if not self.enabled:
+            yield NO_SPAN
+            return
+        with self.tracer.start_as_current_span(
+            name,
+            kind=self._trace.SpanKind.CLIENT,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            yield span
+
+    @contextmanager
     def child_span(self, name: str, **attributes: Any) -> Iterator[Span]:
         """A span inside the current request (a driver hook, a container), errors recorded."""
         if not self.enabled:
-            yield trace.INVALID_SPAN
+            yield NO_SPAN
             return
         with self.tracer.start_as_current_span(
             name,
@@ -372,5 +430,9 @@ class Tracing:
 
 def fail(span: Span, exc: BaseException, message: str | None = None) -> None:
     """Mark ``span`` failed: the exception as an event, status ERROR with its message."""
+    if not span.is_recording():
+        return
+    from opentelemetry.trace import Status, StatusCode
+
     span.record_exception(exc)
     span.set_status(Status(StatusCode.ERROR, message or str(exc)))
