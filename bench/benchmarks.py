@@ -12,6 +12,7 @@ import contextlib
 import os
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -51,6 +52,19 @@ def _pick(resources: list[str]) -> str:
     return PREFERRED if PREFERRED in resources else resources[0]
 
 
+def _three_setups(endpoint: str) -> dict[str, tuple[Callable[[Any], list[str]], dict[str, str]]]:
+    """The minimal plugin, devicehost with tracing off, and with tracing on to ``endpoint``:
+    each a command for a plugin directory and its extra environment."""
+    return {
+        "minimal_plugin": (minimal_command, {}),
+        "devicehost_tracing_off": (lambda d: devicehost_command(d, *SIMULATED), {}),
+        "devicehost_tracing_on": (
+            lambda d: devicehost_command(d, *SIMULATED),
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint},
+        ),
+    }
+
+
 def allocate_round_trip(ws: Workspace, runs: int, count: int) -> dict[str, Any]:
     """Allocate of 1 device, back to back over one real-socket client: the minimal plugin
     (no tracing) against devicehost with tracing off, and with tracing on exporting to a
@@ -58,14 +72,7 @@ def allocate_round_trip(ws: Workspace, runs: int, count: int) -> dict[str, Any]:
     targets: dict[str, tuple[Any, list[str]]] = {}
     with contextlib.ExitStack() as stack:
         receiver = stack.enter_context(receiver_process())
-        setups = {
-            "minimal_plugin": (minimal_command, {}),
-            "devicehost_tracing_off": (lambda d: devicehost_command(d, *SIMULATED), {}),
-            "devicehost_tracing_on": (
-                lambda d: devicehost_command(d, *SIMULATED),
-                {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint},
-            ),
-        }
+        setups = _three_setups(receiver.endpoint)
         runs_of: dict[str, list[dict[str, float]]] = {name: [] for name in setups}
         for name, (command, extra) in setups.items():
             plugin_dir = ws.plugin_dir(f"rtt-{name}")
@@ -432,14 +439,7 @@ def idle_cpu(ws: Workspace, seconds: float) -> dict[str, Any]:
     processes: dict[str, Any] = {}
     with contextlib.ExitStack() as stack:
         receiver = stack.enter_context(receiver_process())
-        setups = {
-            "minimal_plugin": (minimal_command, {}),
-            "devicehost_tracing_off": (lambda d: devicehost_command(d, *SIMULATED), {}),
-            "devicehost_tracing_on": (
-                lambda d: devicehost_command(d, *SIMULATED),
-                {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint},
-            ),
-        }
+        setups = _three_setups(receiver.endpoint)
         for name, (command, extra) in setups.items():
             plugin_dir = ws.plugin_dir(f"idle-{name}")
             kubelet = stack.enter_context(KubeletStandIn(plugin_dir, start=True))

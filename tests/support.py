@@ -19,6 +19,16 @@ from testdrivers.scripted import control_dir, write_json
 SCRIPTED = "testdrivers.scripted:Scripted"
 
 
+def python_probe(code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter with this one's import path: what a process
+    imports can only be seen from a process that has imported nothing yet."""
+    from devicehost.subprocesses import host_environment
+
+    return subprocess.run(
+        [sys.executable, "-c", code], env=host_environment(), capture_output=True, text=True
+    )
+
+
 def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> None:
     """Wait until ``predicate()`` is true (for state that settles just after an event)."""
     deadline = time.monotonic() + timeout

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import prometheus_client.exposition
 from prometheus_client.parser import text_string_to_metric_families
 
-from devicehost.subprocesses import host_environment
 from devicehost.telemetry import metrics as metrics_module
 from devicehost.telemetry.metrics import CONTENT_TYPE, Gauge, Metrics
+from support import python_probe
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -73,7 +70,5 @@ def test_the_host_starts_without_the_prometheus_client():
         "print('prometheus_client' in sys.modules); t.metrics.render(); "
         "print('prometheus_client' in sys.modules)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], env=host_environment(), capture_output=True, text=True
-    )
+    out = python_probe(probe)
     assert out.stdout.split() == ["False", "True"], out.stderr

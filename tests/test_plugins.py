@@ -10,7 +10,7 @@ import pytest
 
 from devicehost.drivers.discovery import DriverStatus, load_plugins
 from devicehost.errors import ConfigError
-from support import SCRIPTED
+from support import SCRIPTED, python_probe
 
 RES = "test.example/dev"
 
@@ -178,19 +178,14 @@ def test_a_worker_imports_neither_grpc_nor_opentelemetry():
     model, pluggy, the worker's code) and its driver: gRPC, OpenTelemetry and the metadata
     reader stay in the host (memory, start-up). test_zygote.py checks the same of workers
     forked by `devicehost run`."""
-    import subprocess
-    import sys
-
     probe = (
         "import sys, devicehost.drivers.zygote, devicehost.drivers.worker, "
         "devicehost_nvidia.driver; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & "
         "{'grpc', 'opentelemetry', 'importlib_metadata', 'prometheus_client'}))"
     )
-    loaded = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    assert loaded == "[]"
+    loaded = python_probe(probe)
+    assert loaded.stdout.strip() == "[]", loaded.stderr
 
 
 def test_name_and_version_come_from_the_metadata_headers_only():
@@ -210,18 +205,12 @@ def test_name_and_version_come_from_the_metadata_headers_only():
 def test_discovery_lists_drivers_without_the_email_parser():
     """Listing drivers reads two header lines; importing the email parser that
     Distribution.metadata uses would cost every cold start ~15 ms."""
-    import subprocess
-    import sys
-
-    from devicehost.subprocesses import host_environment
 
     code = (
         "import sys; from devicehost.drivers.discovery import load_plugins; "
         "print(sorted(i.version for i in load_plugins().drivers)); "
         "print('email.parser' in sys.modules)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=host_environment(), capture_output=True, text=True
-    )
+    out = python_probe(code)
     versions, parser_loaded = out.stdout.splitlines()
     assert "?" not in versions and parser_loaded == "False"

@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.sampling import (
 )
 
 from devicehost.telemetry.request_span import RequestSpan, start_request_span
+from support import python_probe
 
 ATTRIBUTES = {"rpc.method": "v1beta1.DevicePlugin/Allocate"}
 
@@ -85,11 +86,6 @@ def test_with_tracing_off_the_host_never_imports_opentelemetry():
     """The SDK (its sampler and span classes) and even the API (its propagators are found by
     scanning every distribution's entry points) cost ~35 ms of every cold start together;
     without an endpoint nothing needs them: requests get a span that records nothing."""
-    import subprocess
-    import sys
-
-    from devicehost.subprocesses import host_environment
-
     probe = (
         "import sys, devicehost.cli, devicehost.lifecycle; "
         "from devicehost.telemetry.facade import Telemetry; "
@@ -98,8 +94,6 @@ def test_with_tracing_off_the_host_never_imports_opentelemetry():
         "import logging; logging.getLogger('probe').info('no span here'); "
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
     )
-    loaded = subprocess.run(
-        [sys.executable, "-c", probe], env=host_environment(), capture_output=True, text=True
-    )
+    loaded = python_probe(probe)
     assert loaded.stdout.strip() == "[]", loaded.stderr
     assert '"message": "no span here"' in loaded.stderr

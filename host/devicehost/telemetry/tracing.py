@@ -381,17 +381,23 @@ class Tracing:
             return
         self.activity.begin()
         try:
-            with self.tracer.start_as_current_span(
-                attributes[RPC_METHOD],
-                context=parent,
-                kind=self._trace.SpanKind.SERVER,
-                attributes=attributes,
-                record_exception=False,
-                set_status_on_exception=False,
-            ) as span:
+            with self._sdk_span(attributes[RPC_METHOD], "SERVER", attributes, parent) as span:
                 yield span
         finally:
             self.activity.end()
+
+    def _sdk_span(
+        self, name: str, kind: str, attributes: Mapping[str, Any], context: Any = None
+    ) -> Any:
+        """An SDK span, current while it lasts; errors are recorded by ``fail``."""
+        return self.tracer.start_as_current_span(
+            name,
+            context=context,
+            kind=getattr(self._trace.SpanKind, kind),
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
 
     @contextmanager
     def client_span(self, name: str, attributes: Mapping[str, Any]) -> Iterator[Span]:
@@ -400,13 +406,7 @@ class Tracing:
         if not self.enabled:
             yield NO_SPAN
             return
-        with self.tracer.start_as_current_span(
-            name,
-            kind=self._trace.SpanKind.CLIENT,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
+        with self._sdk_span(name, "CLIENT", attributes) as span:
             yield span
 
     @contextmanager
@@ -415,12 +415,8 @@ class Tracing:
         if not self.enabled:
             yield NO_SPAN
             return
-        with self.tracer.start_as_current_span(
-            name,
-            attributes={k: v for k, v in attributes.items() if v is not None},
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
+        present = {k: v for k, v in attributes.items() if v is not None}
+        with self._sdk_span(name, "INTERNAL", present) as span:
             try:
                 yield span
             except Exception as exc:
