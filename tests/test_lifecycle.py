@@ -323,7 +323,7 @@ def test_simulated_tree_is_removed_on_exit_and_a_crashed_runs_is_swept(
 def test_simulated_trees_go_to_memory_unless_tmpdir_says_otherwise(tmp_path, monkeypatch):
     """A simulated node is hundreds of small files: they go to /dev/shm when it is
     writable, and to $TMPDIR whenever that is set."""
-    from devicehost.lifecycle import SHARED_MEMORY_DIR, simulation_dir
+    from devicehost.simulation import SHARED_MEMORY_DIR, simulation_dir
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     assert simulation_dir() == tmp_path

@@ -21,7 +21,6 @@ import logging
 import os
 import shutil
 import signal
-import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from devicehost.kubelet.restart_watch import DirectoryWatcher, file_identity
 from devicehost.kubelet.runner import ResourceRunner
 from devicehost.kubelet.servicer import DevicePluginServicer
 from devicehost.model import ResourceSpec
+from devicehost.simulation import make_sim_root
 from devicehost.telemetry.facade import Telemetry
 from devicehost.telemetry.metrics import Gauge
 from devicehost.telemetry.pods import PodLookup
@@ -57,9 +57,6 @@ STOP_TASKS_SECONDS = 0.5
 METRICS_BIND_SECONDS = 1.0
 START_WAIT_SECONDS = 5.0
 RUNNER_RETRY_SECONDS = 1.0
-SIM_PREFIX = "devicehost-sim-"
-SHARED_MEMORY_DIR = "/dev/shm"
-SIM_OWNER_FILE = ".owner-pid"
 
 
 @dataclass
@@ -115,7 +112,11 @@ class Host:
         self._tasks: list[asyncio.Task[None]] = []
         self._driver_tasks: list[asyncio.Task[None]] = []
         self._scan_tasks: dict[str, asyncio.Task[None]] = {}
+        #: made by the early start when there was one (the workers are building in it);
+        #: the host owns it from here and removes it when it stops
         self._sim_root: Path | None = None
+        if early is not None:
+            self._sim_root, early.sim_root = early.sim_root, None
         self.cdi = CdiWriter(config.cdi_dir, config.cdi_drivers) if config.cdi_enabled else None
         self._lock_fd: int | None = None
         metrics = self.telemetry.metrics
@@ -240,7 +241,10 @@ class Host:
                     ", ".join(sorted(names)),
                 )
         if config.simulate:
-            self._make_sim_root()
+            if self._sim_root is None:
+                self._sim_root = make_sim_root()
+            node = config.simulate_node or "each driver's default"
+            log.info("simulating hardware (%s) under %s", node, self._sim_root)
         for info in self.plugins.drivers:
             self._start_driver(info)
         settled = [asyncio.create_task(h.settled.wait()) for h in self.drivers.values()]
@@ -448,22 +452,6 @@ class Host:
 
     # -- simulated hardware ----------------------------------------------------------------
 
-    def _make_sim_root(self) -> None:
-        """A fresh temporary tree per process (never inside ``--root``), after removing any
-        left by a host that died without cleaning up."""
-        tmp = simulation_dir()
-        for stale in tmp.glob(SIM_PREFIX + "*"):
-            try:
-                pid = int((stale / SIM_OWNER_FILE).read_text())
-            except (OSError, ValueError):
-                continue
-            if not _alive(pid):
-                shutil.rmtree(stale, ignore_errors=True)
-        self._sim_root = Path(tempfile.mkdtemp(prefix=SIM_PREFIX, dir=tmp))
-        (self._sim_root / SIM_OWNER_FILE).write_text(str(os.getpid()))
-        node = self.config.simulate_node or "each driver's default"
-        log.info("simulating hardware (%s) under %s", node, self._sim_root)
-
     # -- the plugin directory --------------------------------------------------------------
 
     def _lock_plugin_dir(self) -> None:
@@ -604,28 +592,6 @@ def pod_resolver(socket: Path | None) -> PodLookup:
     from devicehost.kubelet.podresources import PodResolver
 
     return PodResolver(socket)
-
-
-def simulation_dir() -> Path:
-    """Where simulated trees go: ``$TMPDIR`` when set, else ``/dev/shm`` (memory) when
-    writable, else the temp directory. A simulated node is hundreds of small files and
-    directories; on a disk-backed temp directory creating them took 20 to 300 ms of CPU,
-    varying with the disk, against 12 ms in memory (docs/performance.md)."""
-    if os.environ.get("TMPDIR"):
-        return Path(os.environ["TMPDIR"])
-    if os.access(SHARED_MEMORY_DIR, os.W_OK | os.X_OK):
-        return Path(SHARED_MEMORY_DIR)
-    return Path(tempfile.gettempdir())
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 async def serve(

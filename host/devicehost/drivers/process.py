@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -94,6 +95,8 @@ class WorkerProcess:
         self._stderr: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._early_answers: dict[str, tuple[int, asyncio.Future[Any]]] = {}
+        self._early_arguments: dict[str, dict[str, Any]] = {}
         self._stuck: set[int] = set()
         self._ids = itertools.count(1)
         self._ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -238,6 +241,26 @@ class WorkerProcess:
 
     # -- calls -----------------------------------------------------------------------------
 
+    def send_early(self, calls: list[tuple[str, dict[str, Any]]]) -> None:
+        """Send start-up calls now, before the driver is even imported: the worker runs them
+        one after the other as soon as it can, while the host goes on starting. The first
+        ``call`` of each hook with the same arguments takes its answer instead of asking
+        again; answers nobody takes are dropped."""
+        sequence = []
+        for hook, kwargs in calls:
+            call_id = next(self._ids)
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            future.add_done_callback(lambda f: f.cancelled() or f.exception())
+            future.add_done_callback(functools.partial(self._forget, call_id))
+            self._pending[call_id] = future
+            self._early_answers[hook] = (call_id, future)
+            self._early_arguments[hook] = kwargs
+            sequence.append({"call": call_id, "hook": hook, "kwargs": kwargs})
+        self._send({"sequence": sequence})
+
+    def _forget(self, call_id: int, _: asyncio.Future[Any]) -> None:
+        self._pending.pop(call_id, None)
+
     async def call(self, hook: str, timeout: float, **kwargs: Any) -> Any:
         """Run ``hook`` in the worker and return its plain answer.
 
@@ -251,10 +274,14 @@ class WorkerProcess:
             raise DriverBusy(
                 self.driver, hook, f"{MAX_PENDING} calls are already waiting; refused at once"
             )
-        call_id = next(self._ids)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[call_id] = future
-        self._send({"call": call_id, "hook": hook, "kwargs": kwargs})
+        early = self._early_answers.pop(hook, None)
+        if early is not None and self._early_arguments.pop(hook) == kwargs:
+            call_id, future = early  # sent at spawn (``send_early``); its timeout starts now
+        else:
+            call_id = next(self._ids)
+            future = asyncio.get_running_loop().create_future()
+            self._pending[call_id] = future
+            self._send({"call": call_id, "hook": hook, "kwargs": kwargs})
         try:
             async with asyncio.timeout(timeout):
                 return await future

@@ -81,7 +81,10 @@ class Worker:
         self.name = name
         self.pm = new_plugin_manager()
         self._send_lock = threading.Lock()
-        self._calls: queue.SimpleQueue[tuple[int, str, dict[str, Any]] | None] = queue.SimpleQueue()
+        #: each job is calls to run one after the other (usually one)
+        self._calls: queue.SimpleQueue[list[tuple[int, str, dict[str, Any]]] | None] = (
+            queue.SimpleQueue()
+        )
         self._cancelled: set[int] = set()
         self._cancel_lock = threading.Lock()
         self._stop = threading.Event()
@@ -192,7 +195,8 @@ class Worker:
             job = self._calls.get()
             if job is None:
                 return
-            self._run_call(*job)
+            for call in job:
+                self._run_call(*call)
 
     # -- watch -----------------------------------------------------------------------------
 
@@ -225,7 +229,11 @@ class Worker:
             if message is None or message.get("stop"):
                 self._shutdown()
             elif "call" in message:
-                self._calls.put((int(message["call"]), str(message["hook"]), message["kwargs"]))
+                self._calls.put([(int(message["call"]), str(message["hook"]), message["kwargs"])])
+            elif "sequence" in message:  # start-up calls that must run in order
+                self._calls.put(
+                    [(int(c["call"]), str(c["hook"]), c["kwargs"]) for c in message["sequence"]]
+                )
             elif "ping" in message:
                 self.send({"pong": True})
             elif "cancel" in message:

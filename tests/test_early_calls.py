@@ -1,0 +1,69 @@
+"""A driver's first calls are sent as its worker is forked, so they run while the host is
+still importing; the bring-up takes their answers instead of asking again."""
+
+from __future__ import annotations
+
+import asyncio
+
+from devicehost.drivers.discovery import DRIVER_GROUP
+from devicehost.drivers.process import WorkerProcess
+from devicehost.drivers.zygote import Zygote
+
+CONFIGURE = {"config": {"mark": "early"}, "root": "/", "simulated": False}
+FIRST_CALLS = [
+    ("devicehost_configure", CONFIGURE),
+    ("devicehost_resources", {}),
+    ("devicehost_notes", {}),
+]
+
+
+async def with_worker(body):
+    zygote = Zygote()
+    worker = WorkerProcess(
+        "ordered",
+        "devicehost-ordered",
+        DRIVER_GROUP,
+        zygote,
+        on_notify=lambda resource: None,
+        on_watch_error=lambda resource, message: None,
+        entry_point="testdrivers.ordered:Ordered",
+    )
+    try:
+        await worker.spawn()
+        return await body(worker)
+    finally:
+        await worker.stop(2.0)
+        await zygote.close()
+
+
+def test_early_calls_run_in_order_once_and_their_answers_are_taken():
+    """Sent before the driver is imported, configure (slow), resources and notes run one
+    after the other; the same calls made later take those answers: the driver sees each
+    once."""
+
+    async def body(worker):
+        worker.send_early(FIRST_CALLS)
+        await worker.start(30)
+        await worker.call("devicehost_configure", 10, **CONFIGURE)
+        specs = await worker.call("devicehost_resources", 10)
+        notes = await worker.call("devicehost_notes", 10)
+        return specs, notes
+
+    specs, notes = asyncio.run(with_worker(body))
+    assert [s["name"] for s in specs] == ["test.example/ordered"]
+    assert notes == ["configure(early),resources,notes"]
+
+
+def test_a_call_with_other_arguments_is_asked_again():
+    """An early answer is only for the very call it was sent as: other arguments are a new
+    call (the host's config or root differed by the time it asked)."""
+
+    async def body(worker):
+        worker.send_early([("devicehost_configure", CONFIGURE)])
+        await worker.start(30)
+        other = {**CONFIGURE, "config": {"mark": "late"}}
+        await worker.call("devicehost_configure", 10, **other)
+        return await worker.call("devicehost_notes", 10)
+
+    notes = asyncio.run(with_worker(body))
+    assert notes == ["configure(early),configure(late),notes"]
