@@ -10,11 +10,11 @@ from devicehost.drivers.process import WorkerProcess
 from devicehost.drivers.zygote import Zygote
 
 CONFIGURE = {"config": {"mark": "early"}, "root": "/", "simulated": False}
-FIRST_CALLS = [
-    ("devicehost_configure", CONFIGURE),
-    ("devicehost_resources", {}),
-    ("devicehost_notes", {}),
-]
+FIRST_CALLS = {
+    "devicehost_configure": CONFIGURE,
+    "devicehost_resources": {},
+    "devicehost_notes": {},
+}
 
 
 async def with_worker(body):
@@ -59,7 +59,7 @@ def test_a_call_with_other_arguments_is_asked_again():
     call (the host's config or root differed by the time it asked)."""
 
     async def body(worker):
-        worker.send_early([("devicehost_configure", CONFIGURE)])
+        worker.send_early({"devicehost_configure": CONFIGURE})
         await worker.start(30)
         other = {**CONFIGURE, "config": {"mark": "late"}}
         await worker.call("devicehost_configure", 10, **other)

@@ -31,7 +31,7 @@ from devicehost.cdi import CdiWriter
 from devicehost.compose import PolicyChain
 from devicehost.config import HostConfig
 from devicehost.drivers.discovery import DriverInfo, DriverStatus, PluginSet, load_plugins
-from devicehost.drivers.early import EarlyStart
+from devicehost.drivers.early import EarlyStart, first_calls
 from devicehost.drivers.process import WorkerProcess
 from devicehost.drivers.scan import Scanner
 from devicehost.drivers.snapshots import ResourceState
@@ -43,7 +43,7 @@ from devicehost.kubelet.restart_watch import DirectoryWatcher, file_identity
 from devicehost.kubelet.runner import ResourceRunner
 from devicehost.kubelet.servicer import DevicePluginServicer
 from devicehost.model import ResourceSpec
-from devicehost.simulation import make_sim_root
+from devicehost.simulation import driver_root, make_sim_root
 from devicehost.telemetry.facade import Telemetry
 from devicehost.telemetry.metrics import Gauge
 from devicehost.telemetry.pods import PodLookup
@@ -292,35 +292,20 @@ class Host:
 
     def driver_root(self, driver: DriverHandle) -> Path:
         """The host's ``/`` as this driver sees it: its own simulated tree, or ``--root``."""
-        if self._sim_root is None:
-            return self.config.root
-        root = self._sim_root / driver.name
-        root.mkdir(exist_ok=True)
-        return root
+        return driver_root(self._sim_root, self.config.root, driver.name)
 
     async def _bring_up(self, handle: DriverHandle, process: WorkerProcess, first: bool) -> None:
         """simulate → configure → resources → notes → first snapshot → serve → watch."""
         config, timeout, name = self.config, self.config.hook_timeout, handle.name
-        root = str(self.driver_root(handle))
-        section = dict(config.driver_section(name))
+        calls = first_calls(config, name, self.driver_root(handle))
         if config.simulate and handle.implements("devicehost_simulate"):
             # Building a simulated machine writes thousands of files: part of starting, like
             # the import, so it gets the start timeout rather than a hook's.
             await process.call(
-                "devicehost_simulate",
-                config.driver_start_timeout,
-                root=root,
-                config=section,
-                node=config.simulate_node,
+                "devicehost_simulate", config.driver_start_timeout, **calls["devicehost_simulate"]
             )
         try:
-            await process.call(
-                "devicehost_configure",
-                timeout,
-                config=section,
-                root=root,
-                simulated=config.simulate,
-            )
+            await process.call("devicehost_configure", timeout, **calls["devicehost_configure"])
         except DriverError as exc:
             if isinstance(exc.__cause__, ValueError):
                 reason = f"config drivers.{name}: {exc.__cause__}"
@@ -449,8 +434,6 @@ class Host:
                         )
 
         return down
-
-    # -- simulated hardware ----------------------------------------------------------------
 
     # -- the plugin directory --------------------------------------------------------------
 

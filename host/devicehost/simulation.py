@@ -45,6 +45,16 @@ def make_sim_root() -> Path:
     return root
 
 
+def driver_root(sim_root: Path | None, root: Path, driver: str) -> Path:
+    """The host's ``/`` as ``driver`` sees it: its own directory of the simulated tree, or
+    ``root`` (``--root``) when nothing is simulated."""
+    if sim_root is None:
+        return root
+    path = sim_root / driver
+    path.mkdir(exist_ok=True)
+    return path
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -21,7 +21,7 @@ from devicehost.config import HostConfig
 from devicehost.drivers.discovery import DRIVER_GROUP, PluginSet, load_plugins
 from devicehost.drivers.process import WorkerExited, WorkerProcess
 from devicehost.drivers.zygote import Zygote
-from devicehost.simulation import make_sim_root
+from devicehost.simulation import driver_root, make_sim_root
 
 
 @dataclass
@@ -63,23 +63,29 @@ async def start_workers(config: HostConfig, zygote: Zygote) -> EarlyStart:
         except WorkerExited:
             continue
         early.workers[info.name] = worker
-        _send_first_calls(config, worker, early.sim_root)
+        # Run while the host imports the rest of itself; the bring-up takes the answers.
+        root = driver_root(early.sim_root, config.root, info.name)
+        worker.send_early(first_calls(config, info.name, root))
     return early
 
 
-def _send_first_calls(config: HostConfig, worker: WorkerProcess, sim_root: Path | None) -> None:
-    """Queue the calls a driver's bring-up starts with (``Host._bring_up``), with the same
-    arguments: the worker runs them in order once its driver is imported, while the host is
-    still importing gRPC, and the bring-up finds the answers waiting."""
-    root = config.root if sim_root is None else sim_root / worker.driver
-    if sim_root is not None:
-        root.mkdir(exist_ok=True)
-    section = dict(config.driver_section(worker.driver))
-    calls: list[tuple[str, dict[str, Any]]] = []
+def first_calls(config: HostConfig, driver: str, root: Path) -> dict[str, dict[str, Any]]:
+    """The calls a driver's bring-up starts with, in order, with their arguments. Sent at
+    spawn here and made again by ``Host._bring_up``, which takes an early answer only when
+    the arguments are the same: both build them here."""
+    section = dict(config.driver_section(driver))
+    calls: dict[str, dict[str, Any]] = {}
     if config.simulate:
-        simulate = {"root": str(root), "config": section, "node": config.simulate_node}
-        calls.append(("devicehost_simulate", simulate))
-    configure = {"config": section, "root": str(root), "simulated": config.simulate}
-    calls += [("devicehost_configure", configure), ("devicehost_resources", {})]
-    calls.append(("devicehost_notes", {}))
-    worker.send_early(calls)
+        calls["devicehost_simulate"] = {
+            "root": str(root),
+            "config": section,
+            "node": config.simulate_node,
+        }
+    calls["devicehost_configure"] = {
+        "config": section,
+        "root": str(root),
+        "simulated": config.simulate,
+    }
+    calls["devicehost_resources"] = {}
+    calls["devicehost_notes"] = {}
+    return calls

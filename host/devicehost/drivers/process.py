@@ -19,7 +19,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from devicehost.drivers.protocol import HEADER, ProtocolError, body_length, decode, encode
@@ -95,8 +95,8 @@ class WorkerProcess:
         self._stderr: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
-        self._early_answers: dict[str, tuple[int, asyncio.Future[Any]]] = {}
-        self._early_arguments: dict[str, dict[str, Any]] = {}
+        #: answers of ``send_early``'s calls not yet taken: hook → (arguments, id, answer)
+        self._early: dict[str, tuple[dict[str, Any], int, asyncio.Future[Any]]] = {}
         self._stuck: set[int] = set()
         self._ids = itertools.count(1)
         self._ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -241,20 +241,19 @@ class WorkerProcess:
 
     # -- calls -----------------------------------------------------------------------------
 
-    def send_early(self, calls: list[tuple[str, dict[str, Any]]]) -> None:
-        """Send start-up calls now, before the driver is even imported: the worker runs them
-        one after the other as soon as it can, while the host goes on starting. The first
-        ``call`` of each hook with the same arguments takes its answer instead of asking
-        again; answers nobody takes are dropped."""
+    def send_early(self, calls: Mapping[str, dict[str, Any]]) -> None:
+        """Send start-up calls (hook → arguments) now, before the driver is even imported:
+        the worker runs them one after the other as soon as it can, while the host goes on
+        starting. The first ``call`` of each hook with the same arguments takes its answer
+        instead of asking again; answers nobody takes are dropped."""
         sequence = []
-        for hook, kwargs in calls:
+        for hook, kwargs in calls.items():
             call_id = next(self._ids)
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             future.add_done_callback(lambda f: f.cancelled() or f.exception())
             future.add_done_callback(functools.partial(self._forget, call_id))
             self._pending[call_id] = future
-            self._early_answers[hook] = (call_id, future)
-            self._early_arguments[hook] = kwargs
+            self._early[hook] = (kwargs, call_id, future)
             sequence.append({"call": call_id, "hook": hook, "kwargs": kwargs})
         self._send({"sequence": sequence})
 
@@ -274,9 +273,9 @@ class WorkerProcess:
             raise DriverBusy(
                 self.driver, hook, f"{MAX_PENDING} calls are already waiting; refused at once"
             )
-        early = self._early_answers.pop(hook, None)
-        if early is not None and self._early_arguments.pop(hook) == kwargs:
-            call_id, future = early  # sent at spawn (``send_early``); its timeout starts now
+        early = self._early.pop(hook, None)
+        if early is not None and early[0] == kwargs:
+            _, call_id, future = early  # sent at spawn (``send_early``); its timeout starts now
         else:
             call_id = next(self._ids)
             future = asyncio.get_running_loop().create_future()
