@@ -59,11 +59,14 @@ def test_a_call_with_other_arguments_is_asked_again():
     call (the host's config or root differed by the time it asked)."""
 
     async def body(worker):
-        worker.send_early({"devicehost_configure": CONFIGURE})
+        worker.send_early({"devicehost_configure": CONFIGURE, "devicehost_resources": {}})
         await worker.start(30)
+        # The early sequence has run once its last answer is in: the calls below cannot
+        # overlap it (a new call may run on another of the worker's call threads).
+        await worker.call("devicehost_resources", 10)
         other = {**CONFIGURE, "config": {"mark": "late"}}
         await worker.call("devicehost_configure", 10, **other)
         return await worker.call("devicehost_notes", 10)
 
     notes = asyncio.run(with_worker(body))
-    assert notes == ["configure(early),configure(late),notes"]
+    assert notes == ["configure(early),resources,configure(late),notes"]
