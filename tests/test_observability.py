@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -25,6 +26,15 @@ from support import scripted as scripted_control
 
 RES = "test.example/dev"
 ALLOCATE = "v1beta1.DevicePlugin/Allocate"
+DECLARING = "testdrivers.declaring:Declaring"
+DECLARED = "test.example/declared"
+#: An Allocate takes one of two paths: through the driver's ``allocate`` hook (a span with
+#: a child), or answered from the snapshot alone (its span recorded as a row and built
+#: after the burst, ``Tracing.record_answered``). What a trace shows must not depend on it.
+PATHS = {
+    "driver_call": (SCRIPTED, RES, {"resources": {RES: 4}}),
+    "from_snapshot": (DECLARING, DECLARED, {}),
+}
 
 
 @pytest.fixture
@@ -38,35 +48,61 @@ def receiver(monkeypatch):
 def traced(install, run_host, kubelet, receiver, plugin_dir):
     """Start the scripted driver with tracing to the receiver; returns the host thread."""
 
-    def start(section=None, target=SCRIPTED, **overrides):
+    def start(section=None, target=SCRIPTED, resource=RES, **overrides):
         install("devicehost-alpha", drivers={"alpha": target})
         overrides.setdefault("pod_resources_socket", plugin_dir / "pod-resources.sock")
         host = run_host(
             enabled_drivers=("alpha",),
             otlp_endpoint=receiver.endpoint,
             node_name="node-a",
-            drivers={"alpha": section or {"resources": {RES: 4}}},
+            drivers={"alpha": {"resources": {RES: 4}} if section is None else section},
             **overrides,
         )
-        kubelet.wait_registered(RES)
-        kubelet.wait_devices(RES, lambda d: len(d) > 0)
+        kubelet.wait_registered(resource)
+        kubelet.wait_devices(resource, lambda d: len(d) > 0)
         return host
 
     return start
 
 
-def test_allocate_span_is_a_root_server_span_with_attributes(traced, kubelet, receiver):
-    """Allocate is a root SERVER span carrying resource, driver, IDs, node and OK status."""
-    traced()
-    kubelet.allocate(RES, [["dev-1", "dev-2"]])
+@pytest.fixture(params=list(PATHS))
+def traced_path(request, traced):
+    """``traced`` with a driver whose one-device Allocate takes the path named by the
+    parameter; returns the resource."""
+    target, resource, section = PATHS[request.param]
+
+    def start(**overrides):
+        traced(section, target, resource, **overrides)
+        return resource
+
+    return start
+
+
+def socket_of(kubelet, resource):
+    return kubelet.plugin_dir / kubelet.endpoints[resource].request.endpoint
+
+
+@pytest.mark.parametrize("requested", [["dev-1"], ["dev-1", "dev-2"]], ids=["one", "two"])
+def test_allocate_span_is_a_root_server_span_with_attributes(
+    traced_path, kubelet, receiver, requested
+):
+    """Allocate is a root SERVER span carrying resource, driver, IDs, node and OK status,
+    whichever path answered it."""
+    resource = traced_path()
+    before = time.time_ns()
+    kubelet.allocate(resource, [requested])
+    after = time.time_ns()
     span = receiver.wait_for_span(ALLOCATE)
     assert span.parent_span_id == b""
     assert span.kind == Span.SPAN_KIND_SERVER
+    assert before <= span.start_time_unix_nano <= span.end_time_unix_nano <= after
+    assert span.status.code == Status.STATUS_CODE_UNSET
+    assert len(span.trace_id) == 16 and span.trace_id != bytes(16)
     attrs = attributes(span)
-    assert attrs["devicehost.resource"] == RES
+    assert attrs["devicehost.resource"] == resource
     assert attrs["devicehost.driver.name"] == "alpha"
     assert attrs["devicehost.driver.version"] == "1.0"
-    assert attrs["devicehost.device_ids.requested"] == ["dev-1", "dev-2"]
+    assert attrs["devicehost.device_ids.requested"] == requested
     assert attrs["devicehost.container.count"] == 1
     assert attrs["k8s.node.name"] == "node-a"
     assert attrs["rpc.system.name"] == "grpc"
@@ -120,11 +156,10 @@ def test_driver_exception_is_recorded_on_the_hook_span(traced, kubelet, receiver
     assert attributes(receiver.wait_for_span(ALLOCATE))["rpc.response.status_code"] == "INTERNAL"
 
 
-def test_incoming_traceparent_is_honoured(traced, kubelet, receiver):
+def test_incoming_traceparent_is_honoured(traced_path, kubelet, receiver):
     """A traceparent in the gRPC metadata makes Allocate a child of that trace."""
-    traced()
+    socket = socket_of(kubelet, traced_path())
     trace_id, parent_id = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
-    socket = kubelet.plugin_dir / "devicehost-test.example_dev.sock"
     with grpc.insecure_channel(f"unix://{socket}") as channel:
         pb_grpc.DevicePluginStub(channel).Allocate(
             pb.AllocateRequest(
@@ -137,11 +172,10 @@ def test_incoming_traceparent_is_honoured(traced, kubelet, receiver):
     assert span.parent_span_id.hex() == parent_id
 
 
-def test_the_sampler_decides_which_requests_are_recorded(traced, kubelet, receiver):
+def test_the_sampler_decides_which_requests_are_recorded(traced_path, kubelet, receiver):
     """The standard parent-based sampler rules the request span: a traceparent that is not
     sampled records nothing, a sampled one is recorded in its trace."""
-    traced()
-    socket = kubelet.plugin_dir / "devicehost-test.example_dev.sock"
+    socket = socket_of(kubelet, traced_path())
     dropped, kept = "1" * 32, "2" * 32
     with grpc.insecure_channel(f"unix://{socket}") as channel:
         for trace_id, flags in ((dropped, "00"), (kept, "01")):
@@ -151,6 +185,28 @@ def test_the_sampler_decides_which_requests_are_recorded(traced, kubelet, receiv
                 ),
                 metadata=[("traceparent", f"00-{trace_id}-{'3' * 16}-{flags}")],
             )
+    receiver.wait_for(
+        lambda s: s.name == ALLOCATE and s.trace_id.hex() == kept, 10.0, "the sampled span"
+    )
+    assert [s.trace_id.hex() for s in receiver.named(ALLOCATE)] == [kept]
+
+
+def test_a_sampler_that_drops_roots_drops_every_request_span(
+    traced_path, kubelet, receiver, monkeypatch
+):
+    """With roots sampled at ratio 0, an Allocate without a traceparent records nothing;
+    one with a sampled traceparent is recorded (the last, to wait on)."""
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0")
+    socket = socket_of(kubelet, traced_path())
+    kept = "4" * 32
+    request = pb.AllocateRequest(
+        container_requests=[pb.ContainerAllocateRequest(devices_ids=["dev-0"])]
+    )
+    with grpc.insecure_channel(f"unix://{socket}") as channel:
+        allocate = pb_grpc.DevicePluginStub(channel).Allocate
+        allocate(request)
+        allocate(request, metadata=[("traceparent", f"00-{kept}-{'5' * 16}-01")])
     receiver.wait_for(
         lambda s: s.name == ALLOCATE and s.trace_id.hex() == kept, 10.0, "the sampled span"
     )
@@ -177,13 +233,13 @@ def test_preferred_allocation_and_registration_are_traced(traced, kubelet, recei
     assert register.kind == Span.SPAN_KIND_CLIENT
 
 
-def test_pod_identity_arrives_on_a_follow_up_span(traced, kubelet, receiver, plugin_dir):
+def test_pod_identity_arrives_on_a_follow_up_span(traced_path, kubelet, receiver, plugin_dir):
     """After Allocate, the pod that got the devices is found through PodResources and put
     on a follow-up span in the same trace, linked to the Allocate span."""
     with PodResourcesStandIn(plugin_dir / "pod-resources.sock") as pods:
-        pods.assign("shop", "web-0", "main", RES, ["dev-2"])
-        traced()
-        kubelet.allocate(RES, [["dev-2"]])
+        resource = traced_path()
+        pods.assign("shop", "web-0", "main", resource, ["dev-2"])
+        kubelet.allocate(resource, [["dev-2"]])
         allocate = receiver.wait_for_span(ALLOCATE)
         identity = receiver.wait_for_span("devicehost/PodIdentity")
     attrs = attributes(identity)

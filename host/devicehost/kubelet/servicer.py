@@ -151,7 +151,9 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         #: a fixed property of the snapshot, like its ListAndWatch entry. Keyed by the
         #: snapshot's device mapping itself, which is replaced on any change — edits alone
         #: included, which do not bump the version streams wait on.
-        self._answers: tuple[object, dict[str, pb.ContainerAllocateResponse]] = (None, {})
+        self._answers: tuple[
+            object, dict[str, pb.ContainerAllocateResponse], dict[str, pb.AllocateResponse]
+        ] = (None, {}, {})
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -255,17 +257,47 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             and not self.driver.implements("devicehost_allocate")
         )
 
+    def _snapshot_answers(
+        self,
+    ) -> tuple[dict[str, pb.ContainerAllocateResponse], dict[str, pb.AllocateResponse]]:
+        """This snapshot's cached one-device answers: a container's, and a whole Allocate's."""
+        snapshot, answers, wholes = self._answers
+        if snapshot is not self.state.devices:
+            answers, wholes = {}, {}
+            self._answers = (self.state.devices, answers, wholes)
+        return answers, wholes
+
     def _one_device_answer(self, device_id: str) -> pb.ContainerAllocateResponse:
         """A single device's answer, composed once per snapshot (as ListAndWatch caches each
         device's bytes)."""
-        snapshot, answers = self._answers
-        if snapshot is not self.state.devices:
-            answers = {}
-            self._answers = (self.state.devices, answers)
+        answers, _ = self._snapshot_answers()
         answer = answers.get(device_id)
         if answer is None:
             answer = answers[device_id] = self._compose([device_id], NO_EDITS)
         return answer
+
+    def _whole_answer(self, request: pb.AllocateRequest) -> pb.AllocateResponse | None:
+        """The whole answer to the commonest Allocate — one container, one known healthy
+        device, an answer the snapshot alone decides — composed once per snapshot; None for
+        any other request, which takes the general path with its checks and refusals."""
+        containers = request.container_requests
+        if len(containers) != 1:
+            return None
+        ids = containers[0].devices_ids
+        if len(ids) != 1 or not self._answer_is_fixed():
+            return None
+        device = self.state.devices.get(ids[0])
+        if device is None or not device.healthy:
+            return None
+        _, wholes = self._snapshot_answers()
+        whole = wholes.get(device.id)
+        if whole is None:
+            try:
+                one = self._one_device_answer(device.id)
+            except Refusal:  # the general path refuses it, with its span and metrics
+                return None
+            whole = wholes[device.id] = pb.AllocateResponse(container_responses=[one])
+        return whole
 
     def _compose(
         self, device_ids: Sequence[str], extra: Allocation
@@ -401,9 +433,9 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         """Run one request in its span: the gRPC status on the span, a refusal as a status to
         the kubelet, an unexpected error as INTERNAL (never a dropped call). ``attributes``
         known up front are given at the span's start: one validation pass in the SDK."""
-        with self.tracing.rpc_span(
-            method, self.resource, self.driver, context.invocation_metadata(), attributes
-        ) as span:
+        tracer = self.tracing
+        metadata = context.invocation_metadata() if tracer.enabled else None
+        with tracer.rpc_span(method, self.resource, self.driver, metadata, attributes) as span:
             try:
                 result = await answer(span)
             except Refusal as refused:
@@ -436,6 +468,11 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             await self.state.wait_newer(version)
 
     async def Allocate(self, request: pb.AllocateRequest, context: Context) -> pb.AllocateResponse:
+        started = time.perf_counter()
+        start_ns = time.time_ns() if self.tracing.enabled else 0
+        whole = self._whole_answer(request)
+        if whole is not None and self._answered(context, request, start_ns, started):
+            return whole
         containers = [list(c.devices_ids) for c in request.container_requests]
 
         async def answer(span: Span) -> pb.AllocateResponse:
@@ -447,8 +484,6 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 self.telemetry.allocated(self.resource, containers, span.get_span_context())
             return pb.AllocateResponse(container_responses=responses)
 
-        metrics = self.telemetry.metrics
-        started = time.perf_counter()
         result = "ok"
         try:
             attributes = None
@@ -462,8 +497,39 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             result = _result(context.code())
             raise
         finally:
-            metrics.allocate_duration.observe(time.perf_counter() - started, resource=self.resource)
-            metrics.allocations.inc(resource=self.resource, result=result)
+            self._count_allocation(started, result)
+
+    def _answered(
+        self, context: Context, request: pb.AllocateRequest, start_ns: int, started: float
+    ) -> bool:
+        """Count an Allocate answered by ``_whole_answer`` and record its span as a row
+        (``Tracing.record_answered``): no span is started or made current on this path.
+        False when its span must be a full one (a ``traceparent``, a sampler to ask); the
+        caller then takes the general path."""
+        if self.tracing.enabled:
+            device_id = request.container_requests[0].devices_ids[0]
+            attributes = {tracing.CONTAINER_COUNT: 1, tracing.REQUESTED: [device_id]}
+            ids = self.tracing.record_answered(
+                "Allocate",
+                self.resource,
+                self.driver,
+                context.invocation_metadata() or (),
+                start_ns,
+                start_ns + int((time.perf_counter() - started) * 1e9),
+                attributes,
+            )
+            if ids is None:
+                return False
+            if not self.options.pre_start_required and self.telemetry.finds_pods:
+                span = self.tracing.context_of(ids)
+                self.telemetry.allocated(self.resource, [[device_id]], span)
+        self._count_allocation(started, "ok")
+        return True
+
+    def _count_allocation(self, started: float, result: str) -> None:
+        metrics = self.telemetry.metrics
+        metrics.allocate_duration.observe(time.perf_counter() - started, resource=self.resource)
+        metrics.allocations.inc(resource=self.resource, result=result)
 
     async def GetPreferredAllocation(
         self, request: pb.PreferredAllocationRequest, context: Context

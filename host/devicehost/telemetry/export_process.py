@@ -95,10 +95,26 @@ def span_to_plain(span: ReadableSpan) -> tuple[Any, ...]:
     )
 
 
+#: A request span recorded as a row (``Tracing.record_answered``): the name and attributes
+#: every span of its method and resource shares (one object, not copied: ``marshal``
+#: writes it once per message and refers back to it), trace and span IDs, start and end
+#: (ns), and this request's own attributes. The export process builds the span.
+AnsweredRow = tuple[tuple[str, dict[str, Any]], int, int, int, int, dict[str, Any]]
+
+
+def answered_to_plain(row: AnsweredRow) -> tuple[Any, ...]:
+    """A row as ``span_to_plain`` would give its span: a SERVER root, status unset, no
+    events or links."""
+    (name, shared), trace_id, span_id, start, end, own = row
+    attrs = {**shared, **own}
+    return (name, trace_id, span_id, None, "", _SERVER, start, end, attrs, [], [], _UNSET, None)
+
+
 #: Enum members to their values: ``member.value`` is a descriptor call, this a dict lookup.
 _VALUE: dict[Any, int] = {
     member: member.value for enum in (SpanKind, StatusCode) for member in enum
 }
+_SERVER, _UNSET = _VALUE[SpanKind.SERVER], _VALUE[StatusCode.UNSET]
 
 
 class ProcessSpanProcessor(SpanProcessor):
@@ -124,7 +140,7 @@ class ProcessSpanProcessor(SpanProcessor):
         self._socket: socket.socket | None = ours
         self.max_wait = env_int("OTEL_BSP_SCHEDULE_DELAY", SCHEDULE_DELAY_MILLIS) / 1000
         self.max_held = env_int("OTEL_BSP_MAX_QUEUE_SIZE", MAX_QUEUE_SIZE)
-        self._held: list[bytes] = []
+        self._held: list[bytes | AnsweredRow] = []
         self._last_at = 0.0
         self._waiting_since = 0.0  # when the oldest span not yet exported ended; 0: none
         self._timer: asyncio.TimerHandle | None = None
@@ -139,10 +155,18 @@ class ProcessSpanProcessor(SpanProcessor):
         # Held as bytes: a held span object (with its dicts and context) would stay
         # tracked by the garbage collector, and a burst of them made gen-0 collections
         # twice as frequent on the request path (docs/performance.md).
-        data = marshal.dumps(span_to_plain(span))
+        self._hold(marshal.dumps(span_to_plain(span)))
+
+    def hold_answered(self, row: AnsweredRow) -> None:
+        """Hold a request span recorded as a row (``Tracing.record_answered``); it becomes
+        a span's bytes only when it is sent, after the burst."""
+        if self._socket is not None:
+            self._hold(row)
+
+    def _hold(self, item: bytes | AnsweredRow) -> None:
         now = time.monotonic()
         with self._lock:
-            self._held.append(data)
+            self._held.append(item)
             self._last_at = now
             if not self._waiting_since:
                 self._waiting_since = now
@@ -190,7 +214,7 @@ class ProcessSpanProcessor(SpanProcessor):
             self._send_message(spans[start : start + SEND_SPANS], False)
         self._send_message([], True)
 
-    def _send_message(self, spans: list[bytes], export: bool) -> None:
+    def _send_message(self, spans: list[bytes | AnsweredRow], export: bool) -> None:
         if self._socket is None:
             return
         try:
@@ -258,16 +282,19 @@ class HeldSpans:
         self, max_wait: float, max_bytes: int, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.max_wait, self.max_bytes, self.clock = max_wait, max_bytes, clock
-        self.spans: list[bytes] = []
+        self.spans: list[bytes | AnsweredRow] = []
         self.size = 0
         self.first_at = 0.0
         self.export_now = False
 
-    def add(self, spans: list[bytes], export_now: bool) -> None:
+    def add(
+        self, spans: list[bytes | AnsweredRow], export_now: bool, size: int | None = None
+    ) -> None:
+        """Hold ``spans``; ``size``: the bytes they arrived in (by default, theirs)."""
         if spans and not self.spans:
             self.first_at = self.clock()
         self.spans.extend(spans)
-        self.size += sum(map(len, spans))
+        self.size += sum(len(s) for s in spans if isinstance(s, bytes)) if size is None else size
         self.export_now = self.export_now or export_now
 
     def wait(self) -> float | None:
@@ -279,7 +306,7 @@ class HeldSpans:
             return 0.0
         return max(0.0, self.first_at + self.max_wait - self.clock())
 
-    def take(self) -> list[bytes]:
+    def take(self) -> list[bytes | AnsweredRow]:
         spans, self.spans, self.size, self.export_now = self.spans, [], 0, False
         return spans
 
@@ -315,7 +342,8 @@ def serve(channel: socket.socket) -> None:
         spans: list[ReadableSpan] = []
         for span in held.take():
             try:
-                spans.append(_rebuild(marshal.loads(span), resource, scope, flags, classes))
+                plain = marshal.loads(span) if isinstance(span, bytes) else answered_to_plain(span)
+                spans.append(_rebuild(plain, resource, scope, flags, classes))
             except (ValueError, TypeError, EOFError):
                 log.exception("tracing: a span could not be rebuilt; dropped")
         for start in range(0, len(spans), limit):
@@ -341,7 +369,7 @@ def serve(channel: socket.socket) -> None:
             break
         try:
             export_now, spans = marshal.loads(data)
-            held.add(list(spans), bool(export_now))
+            held.add(list(spans), bool(export_now), len(data))
         except (ValueError, TypeError, EOFError):
             log.exception("tracing: a message from the host could not be read; dropped")
     export()

@@ -62,12 +62,17 @@ class Telemetry:
 
     # -- pod identity ------------------------------------------------------------------------
 
+    @property
+    def finds_pods(self) -> bool:
+        """True when spans get the pod that received the devices."""
+        return self.tracing.enabled and self.resolver.enabled
+
     def allocated(
         self, resource: str, containers: Sequence[Sequence[str]], allocate_span: SpanContext
     ) -> None:
         """After an Allocate: find each container's pod in the background and record it on a
         follow-up span in the same trace, linked to the Allocate span."""
-        if not (self.tracing.enabled and self.resolver.enabled and allocate_span.is_valid):
+        if not (self.finds_pods and allocate_span.is_valid):
             return
         for index, device_ids in enumerate(containers):
             task = asyncio.create_task(self._identify(resource, index, device_ids, allocate_span))
@@ -100,7 +105,7 @@ class Telemetry:
 
     async def identify_on(self, span: Span, resource: str, device_ids: Sequence[str]) -> None:
         """At PreStartContainer: put the pod's identity on that span (one quick lookup)."""
-        if not (self.tracing.enabled and self.resolver.enabled):
+        if not self.finds_pods:
             return
         with contextlib.suppress(TimeoutError):
             identity = await asyncio.wait_for(

@@ -93,7 +93,7 @@ def _child(
     locks on every call, on the Allocate path."""
     if not names:
         return metric
-    key = tuple(labels[n] for n in names)
+    key = tuple([labels[n] for n in names])  # a list is built faster than a generator runs
     child = children.get(key)
     if child is None:
         child = children[key] = metric.labels(*key)

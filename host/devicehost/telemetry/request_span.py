@@ -125,7 +125,7 @@ def start_request_span(
     by the provider's sampler; a span the sampler drops records nothing."""
     ids = provider.id_generator
     sampler = provider.sampler
-    if not parent_context and _samples_every_root(sampler):
+    if not parent_context and samples_every_root(sampler):
         # No parent, and a sampler whose root decision is a constant "yes" (the default,
         # parentbased_always_on): the answer is known without asking it.
         context = SpanContext(ids.generate_trace_id(), ids.generate_span_id(), False, SAMPLED)
@@ -164,5 +164,5 @@ ROOT_ALWAYS_SAMPLED = frozenset(map(_description, (ALWAYS_ON, ParentBased(ALWAYS
 
 
 @functools.lru_cache(maxsize=8)
-def _samples_every_root(sampler: Sampler) -> bool:
+def samples_every_root(sampler: Sampler) -> bool:
     return _description(sampler) in ROOT_ALWAYS_SAMPLED

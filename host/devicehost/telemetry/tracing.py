@@ -31,7 +31,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlparse
 
 from devicehost.config import redact_url
@@ -39,11 +39,17 @@ from devicehost.config import redact_url
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on: start-up stays fast
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
-    from opentelemetry.trace import Span
+    from opentelemetry.trace import Span, SpanContext
 
     from devicehost.telemetry.export_process import ProcessSpanProcessor
 
 log = logging.getLogger(__name__)
+
+
+class SpanIds(NamedTuple):
+    trace_id: int
+    span_id: int
+
 
 INSTRUMENTATION = "devicehost"
 FLUSH_SECONDS = 1.0
@@ -250,16 +256,20 @@ class Tracing:
         self.enabled = provider is not None
         self.activity = Activity()
         self.sender: ProcessSpanProcessor | None = None
-        self._static_attributes: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        self._static_attributes: dict[tuple[str, str, str, str], tuple[str, dict[str, Any]]] = {}
         #: request_span.start_request_span, imported with the SDK only when tracing is on
         self.start_request_span: Callable[..., Span] = lambda *_: NO_SPAN
         self.tracer: Any = None
+        self._roots_always_sampled = False
         if provider is not None:
             from opentelemetry import context, propagate, trace
+
+            from devicehost.telemetry.request_span import samples_every_root
 
             self.tracer = provider.get_tracer(INSTRUMENTATION)
             self._context, self._trace, self._extract = context, trace, propagate.extract
             self._empty_context = context.Context()
+            self._roots_always_sampled = samples_every_root(provider.sampler)
 
     @classmethod
     def from_config(
@@ -337,17 +347,61 @@ class Tracing:
     def _attributes_of(self, method: str, resource: str, driver: Any) -> dict[str, Any]:
         """A fresh copy of the attributes every span of this method and resource starts
         with (built once: the request path only copies them)."""
+        return self._shared(method, resource, driver)[1].copy()
+
+    def _shared(self, method: str, resource: str, driver: Any) -> tuple[str, dict[str, Any]]:
+        """The span name and attributes every span of this method and resource shares."""
         key = (method, resource, driver.name, driver.info.version)
-        static = self._static_attributes.get(key)
-        if static is None:
-            static = self._static_attributes[key] = {
+        shared = self._static_attributes.get(key)
+        if shared is None:
+            attributes = {
                 **rpc_attributes(DEVICE_PLUGIN_SERVICE, method),
                 RESOURCE: resource,
                 DRIVER: driver.name,
                 DRIVER_VERSION: driver.info.version,
                 **({NODE: self.node_name} if self.node_name else {}),
             }
-        return static.copy()
+            shared = self._static_attributes[key] = (attributes[RPC_METHOD], attributes)
+        return shared
+
+    def record_answered(
+        self,
+        method: str,
+        resource: str,
+        driver: Any,
+        metadata: Iterable[tuple[str, Any]],
+        start_ns: int,
+        end_ns: int,
+        attributes: dict[str, Any],
+    ) -> SpanIds | None:
+        """Record a request that succeeded without a driver call, a child span or a log
+        line (an Allocate answered from the snapshot) as a row; its span is built from
+        the row only when held spans are handed to the exporter, after the burst.
+
+        Starting a span, making it current and ending it costs more than the answer
+        itself on the request path (docs/performance.md); nothing inside such a request
+        needs the span. The span is the one ``rpc_span`` makes: same name, kind,
+        attributes and OK status. Returns its IDs, or None when it cannot be a row — spans
+        exported in process, a sampler that must be asked, a ``traceparent`` to honour —
+        and the caller takes ``rpc_span``."""
+        sender = self.sender
+        if sender is None or not self._roots_always_sampled:
+            return None
+        for key, _ in metadata:
+            if key == "traceparent":
+                return None
+        ids = self.provider.id_generator  # type: ignore[union-attr]
+        trace_id, span_id = ids.generate_trace_id(), ids.generate_span_id()
+        attributes[RPC_STATUS] = "OK"
+        shared = self._shared(method, resource, driver)
+        sender.hold_answered((shared, trace_id, span_id, start_ns, end_ns, attributes))
+        return SpanIds(trace_id, span_id)
+
+    def context_of(self, ids: SpanIds) -> SpanContext:
+        """The span context of a row's span (to link a follow-up span to it)."""
+        from opentelemetry.trace import SpanContext, TraceFlags
+
+        return SpanContext(ids.trace_id, ids.span_id, False, TraceFlags(TraceFlags.SAMPLED))
 
     @contextmanager
     def rpc_span(
