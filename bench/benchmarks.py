@@ -23,6 +23,7 @@ from bench.harness import (
     Workspace,
     allocate_latencies,
     call_latencies,
+    client_and_servers_apart,
     devicehost_command,
     healthy_device,
     median_of,
@@ -46,6 +47,7 @@ from devicehost.testing import KubeletStandIn
 SIMULATED = ("--simulate", "--drivers", ",".join(VENDOR_DRIVERS))
 PREFERRED = "nvidia.com/gpu"
 SUSTAINED_FACTOR = 5
+CALIBRATION = "minimal_plugin_again"
 
 
 def _pick(resources: list[str]) -> str:
@@ -68,28 +70,34 @@ def _three_setups(endpoint: str) -> dict[str, tuple[Callable[[Any], list[str]], 
 def allocate_round_trip(ws: Workspace, runs: int, count: int) -> dict[str, Any]:
     """Allocate of 1 device, back to back over one real-socket client: the minimal plugin
     (no tracing) against devicehost with tracing off, and with tracing on exporting to a
-    real OTLP receiver."""
+    real OTLP receiver; a second minimal plugin shows what one run's noise alone makes of
+    two identical servers."""
     targets: dict[str, tuple[Any, list[str]]] = {}
+    pids: list[int] = []
     with contextlib.ExitStack() as stack:
         receiver = stack.enter_context(receiver_process())
-        setups = _three_setups(receiver.endpoint)
+        setups = {**_three_setups(receiver.endpoint), CALIBRATION: (minimal_command, {})}
         runs_of: dict[str, list[dict[str, float]]] = {name: [] for name in setups}
         for name, (command, extra) in setups.items():
             plugin_dir = ws.plugin_dir(f"rtt-{name}")
             kubelet = stack.enter_context(KubeletStandIn(plugin_dir, start=True))
-            stack.enter_context(running(command(plugin_dir), ws.env(**extra)))
+            pids.append(stack.enter_context(running(command(plugin_dir), ws.env(**extra))).pid)
             resource = _pick(wait_resources(kubelet))
             targets[name] = (socket_of(kubelet, resource), [healthy_device(kubelet, resource)])
-        for _ in range(runs):  # interleaved, so drift on a busy machine hits all alike
-            for name, (socket, ids) in targets.items():
-                runs_of[name].append(summary(allocate_latencies(socket, ids, count)))
-                time.sleep(0.5)  # let the exporter drain between setups, as between bursts
-        # A burst longer than the export's bounds (5 s, 2048 spans): spans are exported
-        # while it goes on. Reported beside tracing off; no goal.
-        sustained = {
-            name: summary(allocate_latencies(*targets[name], count * SUSTAINED_FACTOR))
-            for name in ("devicehost_tracing_off", "devicehost_tracing_on")
-        }
+        names = list(targets)
+        with client_and_servers_apart(pids) as placement:
+            for run in range(runs):
+                # interleaved, so drift hits all alike; each round starts one further on,
+                # so does the place in the round
+                for name in names[run % len(names) :] + names[: run % len(names)]:
+                    runs_of[name].append(summary(allocate_latencies(*targets[name], count)))
+                    time.sleep(0.5)  # let the exporter drain between setups, as between bursts
+            # A burst longer than the export's bounds (5 s, 2048 spans): spans are exported
+            # while it goes on. Reported beside tracing off; no goal.
+            sustained = {
+                name: summary(allocate_latencies(*targets[name], count * SUSTAINED_FACTOR))
+                for name in ("devicehost_tracing_off", "devicehost_tracing_on")
+            }
         sent = runs * (count + WARMUP) + count * SUSTAINED_FACTOR + WARMUP  # tracing on's
     table = {
         name: {"p50_ms": median_of(r, "p50_ms"), "p99_ms": median_of(r, "p99_ms"), "runs": r}
@@ -101,7 +109,7 @@ def allocate_round_trip(ws: Workspace, runs: int, count: int) -> dict[str, Any]:
             "p50": round(table[name]["p50_ms"] / base["p50_ms"], 3),
             "p99": round(table[name]["p99_ms"] / base["p99_ms"], 3),
         }
-        for name in ("devicehost_tracing_off", "devicehost_tracing_on")
+        for name in ("devicehost_tracing_off", "devicehost_tracing_on", CALIBRATION)
     }
     on = ratios["devicehost_tracing_on"]
     with receiver_process() as receiver_for_spans:
@@ -113,13 +121,17 @@ def allocate_round_trip(ws: Workspace, runs: int, count: int) -> dict[str, Any]:
     share = {q: round(added[q] / 1000 / base[f"{q}_ms"], 3) for q in ("p50", "p99")}
     return {
         "what": f"Allocate round trip, 1 device, median of {runs} interleaved runs of {count} "
-        f"back-to-back calls over one client channel; devicehost serves "
+        f"back-to-back calls over one client channel, client and servers pinned apart; "
+        f"devicehost serves "
         f"{', '.join(VENDOR_DRIVERS)} on simulated hardware; tracing on exports OTLP/gRPC "
         "to a real receiver in a process of its own (bench.receiver)",
         "goal": "devicehost with tracing on: p50 <= 1.1x and p99 <= 1.3x the minimal "
         "plugin's (tracing off)",
+        "placement": placement,
         "results": table,
         "ratio_to_minimal": ratios,
+        "noise_floor": f"{CALIBRATION} is the same program as minimal_plugin: its ratio is "
+        "what this run's noise makes of two identical servers",
         "tracing_cost_in_host": {
             "what": "the request span's own time in the host (bench.span_cost), tracing on "
             "minus off, as a share of the minimal plugin's Allocate at the same quantile",
