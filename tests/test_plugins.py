@@ -214,3 +214,17 @@ def test_discovery_lists_drivers_without_the_email_parser():
     out = python_probe(code)
     versions, parser_loaded = out.stdout.splitlines()
     assert "?" not in versions and parser_loaded == "False"
+
+
+def test_the_host_reads_no_package_metadata_with_tracing_off():
+    """devicehost's own version (package metadata, the email parser: ~6 ms of every cold
+    start) goes only on spans; with tracing off the host never reads it."""
+    code = (
+        "import sys, devicehost.cli, devicehost.lifecycle; "
+        "from devicehost.config import HostConfig; "
+        "from devicehost.telemetry.facade import Telemetry; "
+        "Telemetry.from_config(HostConfig()); "
+        "print('email.parser' in sys.modules)"
+    )
+    out = python_probe(code)
+    assert out.stdout.strip() == "False", out.stderr

@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from devicehost import __version__
 from devicehost.config import HostConfig
 from devicehost.telemetry import tracing
 from devicehost.telemetry.metrics import Metrics
@@ -56,7 +55,7 @@ class Telemetry:
     ) -> Telemetry:
         """Tracing and metrics as configured; ``resolver`` builds what finds pods for spans,
         called only when tracing is on (pod identities only ever go on spans)."""
-        tracer = Tracing.from_config(config.otlp_endpoint, config.node_name, __version__, exporter)
+        tracer = Tracing.from_config(config.otlp_endpoint, config.node_name, exporter=exporter)
         lookup = resolver() if resolver is not None and tracer.enabled else NoPodLookup()
         return cls(tracer, Metrics(), lookup)
 

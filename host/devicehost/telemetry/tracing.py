@@ -273,11 +273,21 @@ class Tracing:
 
     @classmethod
     def from_config(
-        cls, endpoint: str, node_name: str, version: str, exporter: SpanExporter | None = None
+        cls,
+        endpoint: str,
+        node_name: str,
+        version: str | None = None,
+        exporter: SpanExporter | None = None,
     ) -> Tracing:
-        """Tracing to ``endpoint`` (or ``exporter``), or a no-op when neither is given."""
+        """Tracing to ``endpoint`` (or ``exporter``), or a no-op when neither is given;
+        ``version`` is the service's (devicehost's own when None: read from package
+        metadata, which imports the email parser, so only when tracing is on)."""
         if not endpoint and exporter is None:
             return cls(None, node_name)
+        if version is None:
+            import devicehost
+
+            version = devicehost.__version__
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
 
