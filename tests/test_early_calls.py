@@ -70,3 +70,46 @@ def test_a_call_with_other_arguments_is_asked_again():
 
     notes = asyncio.run(with_worker(body))
     assert notes == ["configure(early),resources,configure(late),notes"]
+
+
+RESOURCE = "test.example/ordered"
+
+
+def device_id(answer):
+    [device] = answer
+    return device["id"]
+
+
+def test_the_first_enumerate_takes_the_enumeration_the_worker_ran_after_the_early_calls():
+    """With ``then_enumerate`` the worker enumerates each resource after the early calls,
+    unasked; the host's first enumerate takes that answer, the next one asks again."""
+
+    async def body(worker):
+        worker.send_early(FIRST_CALLS, then_enumerate=True)
+        await worker.start(30)
+        await worker.call("devicehost_configure", 10, **CONFIGURE)
+        await worker.call("devicehost_resources", 10)
+        await worker.call("devicehost_notes", 10)
+        first = await worker.call("devicehost_enumerate", 10, resource=RESOURCE)
+        second = await worker.call("devicehost_enumerate", 10, resource=RESOURCE)
+        return device_id(first), device_id(second)
+
+    # configure, resources, notes, then the volunteered enumerate (4), then one asked (5)
+    assert asyncio.run(with_worker(body)) == ("o-early-4", "o-early-5")
+
+
+def test_a_volunteered_enumeration_is_dropped_when_configure_was_asked_again():
+    """Configured again with other arguments, the driver's earlier enumeration is stale:
+    the first enumerate asks the driver again."""
+
+    async def body(worker):
+        worker.send_early(FIRST_CALLS, then_enumerate=True)
+        await worker.start(30)
+        # The early sequence's answers are in (configure ran first): the late configure
+        # cannot overlap it.
+        await worker.call("devicehost_resources", 10)
+        await worker.call("devicehost_notes", 10)
+        await worker.call("devicehost_configure", 10, **{**CONFIGURE, "config": {"mark": "late"}})
+        return device_id(await worker.call("devicehost_enumerate", 10, resource=RESOURCE))
+
+    assert asyncio.run(with_worker(body)).startswith("o-late-")

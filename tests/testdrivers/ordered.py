@@ -1,5 +1,6 @@
 """A driver whose notes list every hook call it received, in order; its configure is slow,
-so a call that overtook it would show."""
+so a call that overtook it would show. Its one device's ID tells which enumeration made
+it: ``o-<the last configure's mark>-<calls so far>``."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ from devicehost import Device, ResourceSpec, hookimpl
 class Ordered:
     def __init__(self) -> None:
         self.calls: list[str] = []
+        self.mark = ""
 
     @hookimpl
     def devicehost_configure(self, config: Mapping[str, Any], root: Path, simulated: bool) -> None:
         time.sleep(0.2)
-        self.calls.append(f"configure({config.get('mark', '')})")
+        self.mark = config.get("mark", "")
+        self.calls.append(f"configure({self.mark})")
 
     @hookimpl
     def devicehost_resources(self) -> Sequence[ResourceSpec]:
@@ -27,7 +30,8 @@ class Ordered:
 
     @hookimpl
     def devicehost_enumerate(self, resource: str) -> Sequence[Device]:
-        return [Device(id="o-0")]
+        self.calls.append("enumerate")
+        return [Device(id=f"o-{self.mark}-{len(self.calls)}")]
 
     @hookimpl
     def devicehost_notes(self) -> Sequence[str]:

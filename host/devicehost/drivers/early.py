@@ -65,7 +65,7 @@ async def start_workers(config: HostConfig, zygote: Zygote) -> EarlyStart:
         early.workers[info.name] = worker
         # Run while the host imports the rest of itself; the bring-up takes the answers.
         root = driver_root(early.sim_root, config.root, info.name)
-        worker.send_early(first_calls(config, info.name, root))
+        worker.send_early(first_calls(config, info.name, root), then_enumerate=True)
     return early
 
 

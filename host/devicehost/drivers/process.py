@@ -28,6 +28,7 @@ from devicehost.errors import DriverError, DriverTimeout, DriverUnavailable, Req
 from devicehost.subprocesses import host_environment
 
 log = logging.getLogger(__name__)
+_NONE: Any = object()  # no volunteered answer
 
 MAX_PENDING = 32
 STDERR_TAIL_LINES = 20
@@ -97,6 +98,10 @@ class WorkerProcess:
         self._pending: dict[int, asyncio.Future[Any]] = {}
         #: answers of ``send_early``'s calls not yet taken: hook → (arguments, id, answer)
         self._early: dict[str, tuple[dict[str, Any], int, asyncio.Future[Any]]] = {}
+        #: enumerations the worker ran after the early calls, unasked: resource → answer;
+        #: settled when the worker has sent them all (or they can no longer be taken)
+        self._volunteered: dict[str, Any] = {}
+        self._volunteering: asyncio.Future[None] | None = None
         self._stuck: set[int] = set()
         self._ids = itertools.count(1)
         self._ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -190,6 +195,12 @@ class WorkerProcess:
                     future.set_result(message.get("value"))
                 else:
                     future.set_exception(_error(message))
+        elif "volunteered" in message:
+            if self._volunteering is not None and not self._volunteering.done():
+                self._volunteered[str(message["volunteered"])] = message.get("value")
+        elif "volunteered_all" in message:
+            if self._volunteering is not None and not self._volunteering.done():
+                self._volunteering.set_result(None)
         elif "notify" in message:
             self.on_notify(str(message["notify"]))
         elif "watch_error" in message:
@@ -236,16 +247,25 @@ class WorkerProcess:
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(RuntimeError(f"its worker process {why}"))
+        self._stop_volunteering()
         if self._writer is not None:
             self._writer.close()
 
     # -- calls -----------------------------------------------------------------------------
 
-    def send_early(self, calls: Mapping[str, dict[str, Any]]) -> None:
+    def send_early(self, calls: Mapping[str, dict[str, Any]], then_enumerate: bool = False) -> None:
         """Send start-up calls (hook → arguments) now, before the driver is even imported:
         the worker runs them one after the other as soon as it can, while the host goes on
         starting. The first ``call`` of each hook with the same arguments takes its answer
-        instead of asking again; answers nobody takes are dropped."""
+        instead of asking again; answers nobody takes are dropped.
+
+        ``then_enumerate``: after the calls the worker enumerates each resource its
+        ``resources`` answer named, unasked, and the first ``devicehost_enumerate`` of each
+        takes that answer — only when every early answer was taken (a call asked again
+        with other arguments, e.g. another config, makes them stale). A first snapshot a
+        few ms old is safe: the host enumerates again as each watch starts."""
+        if then_enumerate:
+            self._volunteering = asyncio.get_running_loop().create_future()
         sequence = []
         for hook, kwargs in calls.items():
             call_id = next(self._ids)
@@ -255,7 +275,7 @@ class WorkerProcess:
             self._pending[call_id] = future
             self._early[hook] = (kwargs, call_id, future)
             sequence.append({"call": call_id, "hook": hook, "kwargs": kwargs})
-        self._send({"sequence": sequence})
+        self._send({"sequence": sequence, "then_enumerate": then_enumerate})
 
     def _forget(self, call_id: int, _: asyncio.Future[Any]) -> None:
         self._pending.pop(call_id, None)
@@ -274,6 +294,14 @@ class WorkerProcess:
                 self.driver, hook, f"{MAX_PENDING} calls are already waiting; refused at once"
             )
         early = self._early.pop(hook, None)
+        if early is not None and early[0] != kwargs:
+            self._stop_volunteering()
+        if hook == "devicehost_enumerate" and self._volunteering is not None:
+            waited_from = asyncio.get_running_loop().time()
+            volunteered = await self._take_volunteered(str(kwargs.get("resource")), timeout)
+            if volunteered is not _NONE:
+                return volunteered
+            timeout = max(0.0, timeout - (asyncio.get_running_loop().time() - waited_from))
         if early is not None and early[0] == kwargs:
             _, call_id, future = early  # sent at spawn (``send_early``); its timeout starts now
         else:
@@ -298,6 +326,27 @@ class WorkerProcess:
             raise
         finally:
             self._pending.pop(call_id, None)
+
+    async def _take_volunteered(self, resource: str, timeout: float) -> Any:
+        """The enumeration the worker volunteered for ``resource`` (waiting for the worker
+        to send them, within ``timeout``), or ``_NONE``: it is taken once."""
+        assert self._volunteering is not None
+        if self._early:  # an early call not asked yet: the answers may not hold
+            self._stop_volunteering()
+            return _NONE
+        volunteering = self._volunteering
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(volunteering), timeout)
+        answer = self._volunteered.pop(resource, _NONE)
+        if volunteering.done() and not self._volunteered:
+            self._volunteering = None  # all taken
+        return answer
+
+    def _stop_volunteering(self) -> None:
+        self._volunteered.clear()
+        if self._volunteering is not None and not self._volunteering.done():
+            self._volunteering.set_result(None)
+        self._volunteering = None
 
     def _gave_up(self, call_id: int, timed_out: bool = True) -> None:
         """Cancel the call in the worker (it answers at once if the call had not started).

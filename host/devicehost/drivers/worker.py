@@ -36,6 +36,8 @@ from devicehost.errors import DriverUnavailable, RequestRefused
 from devicehost.subprocesses import die_with_parent, name_process
 
 log = logging.getLogger("devicehost.worker")
+#: the job entry that volunteers enumerations after a start-up sequence
+VOLUNTEER = "volunteer enumerations"
 
 CALL_THREADS = 4
 SHUTDOWN_SECONDS = 1.5
@@ -88,6 +90,8 @@ class Worker:
         self._cancelled: set[int] = set()
         self._cancel_lock = threading.Lock()
         self._stop = threading.Event()
+        #: the resources the last ``resources`` call named (for ``then_enumerate``)
+        self._early_resources: list[str] = []
 
     # -- channel ---------------------------------------------------------------------------
 
@@ -173,6 +177,10 @@ class Worker:
                 return
         try:
             value = to_plain(self.call(hook, kwargs))
+            if hook == "devicehost_resources" and isinstance(value, list):
+                self._early_resources = [
+                    str(r["name"]) for r in value if isinstance(r, dict) and "name" in r
+                ]
         except DriverUnavailable as exc:
             self.send({"error": call_id, "kind": "unavailable", "message": str(exc)})
         except RequestRefused as exc:
@@ -196,7 +204,22 @@ class Worker:
             if job is None:
                 return
             for call in job:
-                self._run_call(*call)
+                if call[1] == VOLUNTEER:
+                    self._volunteer_enumerations()
+                else:
+                    self._run_call(*call)
+
+    def _volunteer_enumerations(self) -> None:
+        """Enumerate each resource the early ``resources`` call named and send the answers
+        unasked: the host's first snapshot needs them, and it is still importing. A hook
+        that fails sends nothing; the host asks again and gets the error."""
+        for resource in self._early_resources:
+            try:
+                value = to_plain(self.call("devicehost_enumerate", {"resource": resource}))
+            except BaseException:
+                continue
+            self.send({"volunteered": resource, "value": value})
+        self.send({"volunteered_all": True})
 
     # -- watch -----------------------------------------------------------------------------
 
@@ -231,9 +254,10 @@ class Worker:
             elif "call" in message:
                 self._calls.put([(int(message["call"]), str(message["hook"]), message["kwargs"])])
             elif "sequence" in message:  # start-up calls that must run in order
-                self._calls.put(
-                    [(int(c["call"]), str(c["hook"]), c["kwargs"]) for c in message["sequence"]]
-                )
+                calls = [(int(c["call"]), str(c["hook"]), c["kwargs"]) for c in message["sequence"]]
+                if message.get("then_enumerate"):
+                    calls.append((0, VOLUNTEER, {}))
+                self._calls.put(calls)
             elif "ping" in message:
                 self.send({"pong": True})
             elif "cancel" in message:
