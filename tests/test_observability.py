@@ -98,6 +98,7 @@ def test_allocate_span_is_a_root_server_span_with_attributes(
     assert before <= span.start_time_unix_nano <= span.end_time_unix_nano <= after
     assert span.status.code == Status.STATUS_CODE_UNSET
     assert len(span.trace_id) == 16 and span.trace_id != bytes(16)
+    assert len(span.span_id) == 8 and span.span_id != bytes(8)
     attrs = attributes(span)
     assert attrs["devicehost.resource"] == resource
     assert attrs["devicehost.driver.name"] == "alpha"
@@ -154,6 +155,22 @@ def test_driver_exception_is_recorded_on_the_hook_span(traced, kubelet, receiver
     assert [e.name for e in hook.events] == ["exception"]
     assert "scripted failure" in attributes(hook.events[0])["exception.message"]
     assert attributes(receiver.wait_for_span(ALLOCATE))["rpc.response.status_code"] == "INTERNAL"
+
+
+@pytest.mark.parametrize("pod_lookup", [True, False], ids=["pod_lookup", "no_pod_lookup"])
+def test_every_request_span_has_ids_of_its_own(
+    traced_path, kubelet, receiver, plugin_dir, pod_lookup
+):
+    """Each Allocate is a trace of its own, whoever draws its IDs (without pod lookups
+    nothing links to a row's span, and the export process draws them)."""
+    socket = plugin_dir / "pod-resources.sock" if pod_lookup else None
+    resource = traced_path(pod_resources_socket=socket)
+    for device in ("dev-0", "dev-1", "dev-0"):
+        kubelet.allocate(resource, [[device]])
+    eventually(lambda: len(receiver.named(ALLOCATE)) == 3)
+    spans = receiver.named(ALLOCATE)
+    assert len({s.trace_id for s in spans}) == 3
+    assert len({s.span_id for s in spans}) == 3
 
 
 def test_incoming_traceparent_is_honoured(traced_path, kubelet, receiver):

@@ -509,6 +509,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         if self.tracing.enabled:
             device_id = request.container_requests[0].devices_ids[0]
             attributes = {tracing.CONTAINER_COUNT: 1, tracing.REQUESTED: [device_id]}
+            linked = not self.options.pre_start_required and self.telemetry.finds_pods
             ids = self.tracing.record_answered(
                 "Allocate",
                 self.resource,
@@ -517,10 +518,11 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 start_ns,
                 start_ns + int((time.perf_counter() - started) * 1e9),
                 attributes,
+                identified=linked,  # the pod-identity span links to it
             )
             if ids is None:
                 return False
-            if not self.options.pre_start_required and self.telemetry.finds_pods:
+            if linked:
                 span = self.tracing.context_of(ids)
                 self.telemetry.allocated(self.resource, [[device_id]], span)
         self._count_allocation(started, "ok")

@@ -98,14 +98,17 @@ def span_to_plain(span: ReadableSpan) -> tuple[Any, ...]:
 #: A request span recorded as a row (``Tracing.record_answered``): the name and attributes
 #: every span of its method and resource shares (one object, not copied: ``marshal``
 #: writes it once per message and refers back to it), trace and span IDs, start and end
-#: (ns), and this request's own attributes. The export process builds the span.
+#: (ns), and this request's own attributes. The export process builds the span, and
+#: draws its IDs when they are 0 (nothing in the host needed them).
 AnsweredRow = tuple[tuple[str, dict[str, Any]], int, int, int, int, dict[str, Any]]
 
 
-def answered_to_plain(row: AnsweredRow) -> tuple[Any, ...]:
+def answered_to_plain(row: AnsweredRow, new_ids: Callable[[], tuple[int, int]]) -> tuple[Any, ...]:
     """A row as ``span_to_plain`` would give its span: a SERVER root, status unset, no
     events or links."""
     (name, shared), trace_id, span_id, start, end, own = row
+    if not trace_id:
+        trace_id, span_id = new_ids()
     attrs = {**shared, **own}
     return (name, trace_id, span_id, None, "", _SERVER, start, end, attrs, [], [], _UNSET, None)
 
@@ -315,6 +318,7 @@ def serve(channel: socket.socket) -> None:
     """Rebuild and export spans until the host closes the channel."""
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import Event
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
     from opentelemetry.trace import Link, SpanContext, Status, TraceFlags
     from opentelemetry.trace.span import TraceState
@@ -337,12 +341,20 @@ def serve(channel: socket.socket) -> None:
     exporter = otlp_exporter(os.environ.pop(ENDPOINT_VARIABLE, ""))
     limit = env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", BATCH_SIZE)
     held = HeldSpans(env_int("OTEL_BSP_SCHEDULE_DELAY", SCHEDULE_DELAY_MILLIS) / 1000, HOLD_BYTES)
+    ids = RandomIdGenerator()  # the host's TracerProvider's own generator
+
+    def new_ids() -> tuple[int, int]:
+        return ids.generate_trace_id(), ids.generate_span_id()
 
     def export() -> None:
         spans: list[ReadableSpan] = []
         for span in held.take():
             try:
-                plain = marshal.loads(span) if isinstance(span, bytes) else answered_to_plain(span)
+                plain = (
+                    marshal.loads(span)
+                    if isinstance(span, bytes)
+                    else answered_to_plain(span, new_ids)
+                )
                 spans.append(_rebuild(plain, resource, scope, flags, classes))
             except (ValueError, TypeError, EOFError):
                 log.exception("tracing: a span could not be rebuilt; dropped")

@@ -51,6 +51,10 @@ class SpanIds(NamedTuple):
     span_id: int
 
 
+#: A row's span whose IDs the export process draws (``Tracing.record_answered``).
+UNIDENTIFIED = SpanIds(0, 0)
+
+
 INSTRUMENTATION = "devicehost"
 FLUSH_SECONDS = 1.0
 
@@ -383,6 +387,7 @@ class Tracing:
         start_ns: int,
         end_ns: int,
         attributes: dict[str, Any],
+        identified: bool = True,
     ) -> SpanIds | None:
         """Record a request that succeeded without a driver call, a child span or a log
         line (an Allocate answered from the snapshot) as a row; its span is built from
@@ -393,15 +398,19 @@ class Tracing:
         needs the span. The span is the one ``rpc_span`` makes: same name, kind,
         attributes and OK status. Returns its IDs, or None when it cannot be a row — spans
         exported in process, a sampler that must be asked, a ``traceparent`` to honour —
-        and the caller takes ``rpc_span``."""
+        and the caller takes ``rpc_span``. Without ``identified`` (nothing will link to
+        the span) the export process gives it its IDs, and ``UNIDENTIFIED`` is returned:
+        two random numbers are not drawn on the request path."""
         sender = self.sender
         if sender is None or not self._roots_always_sampled:
             return None
         for key, _ in metadata:
             if key == "traceparent":
                 return None
-        ids = self.provider.id_generator  # type: ignore[union-attr]
-        trace_id, span_id = ids.generate_trace_id(), ids.generate_span_id()
+        trace_id = span_id = 0
+        if identified:
+            ids = self.provider.id_generator  # type: ignore[union-attr]
+            trace_id, span_id = ids.generate_trace_id(), ids.generate_span_id()
         attributes[RPC_STATUS] = "OK"
         shared = self._shared(method, resource, driver)
         sender.hold_answered((shared, trace_id, span_id, start_ns, end_ns, attributes))
