@@ -45,6 +45,28 @@ def test_counts_and_observations_before_the_client_arrives_are_kept():
     assert metrics.allocations.value(resource="r", result="ok") == 2
 
 
+def test_a_series_counts_into_its_labels_before_and_after_the_client_arrives():
+    """A series looked up once (the Allocate path's) counts like ``inc``/``observe`` with
+    its labels, whether the client is bound yet or not; other labels are untouched."""
+    metrics = Metrics()
+    ok = metrics.allocations.series(resource="r", result="ok")
+    seconds = metrics.allocate_duration.series(resource="r")
+    ok.add()
+    seconds.add(0.0007)
+    metrics.bind()
+    ok.add()
+    seconds.add(0.3)
+    metrics.allocations.inc(resource="r", result="INTERNAL")
+    found = samples(metrics.render())
+    assert metrics.allocations.value(resource="r", result="ok") == 2
+    assert metrics.allocations.value(resource="r", result="INTERNAL") == 1
+    assert found[("devicehost_allocate_duration_seconds_count", (("resource", "r"),))] == 2
+    assert (
+        found[("devicehost_allocate_duration_seconds_bucket", (("le", "0.001"), ("resource", "r")))]
+        == 1
+    )
+
+
 def test_a_long_wait_for_the_client_keeps_no_more_than_max_pending(monkeypatch):
     """Observations are not buffered without bound: at MAX_PENDING the client is brought in
     and they are handed over."""

@@ -151,6 +151,9 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         #: a fixed property of the snapshot, like its ListAndWatch entry. Keyed by the
         #: snapshot's device mapping itself, which is replaced on any change — edits alone
         #: included, which do not bump the version streams wait on.
+        metrics = self.telemetry.metrics
+        self._allocate_seconds = metrics.allocate_duration.series(resource=self.resource)
+        self._allocated_ok = metrics.allocations.series(resource=self.resource, result="ok")
         self._answers: tuple[
             object, dict[str, pb.ContainerAllocateResponse], dict[str, pb.AllocateResponse]
         ] = (None, {}, {})
@@ -529,9 +532,11 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         return True
 
     def _count_allocation(self, started: float, result: str) -> None:
-        metrics = self.telemetry.metrics
-        metrics.allocate_duration.observe(time.perf_counter() - started, resource=self.resource)
-        metrics.allocations.inc(resource=self.resource, result=result)
+        self._allocate_seconds.add(time.perf_counter() - started)
+        if result == "ok":
+            self._allocated_ok.add()
+        else:
+            self.telemetry.metrics.allocations.inc(resource=self.resource, result=result)
 
     async def GetPreferredAllocation(
         self, request: pb.PreferredAllocationRequest, context: Context

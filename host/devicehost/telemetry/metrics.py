@@ -47,6 +47,27 @@ DURATION_BUCKETS = (
 Samples = Iterable[tuple[dict[str, str], float]]
 
 
+class Series:
+    """One labelled series of a counter or histogram, looked up once: ``add`` counts or
+    observes without building and looking up its labels again (the Allocate path, where
+    that lookup and the keyword arguments cost more than the library's own update)."""
+
+    __slots__ = ("_labels", "_metric", "_update")
+
+    def __init__(self, metric: Counter | Histogram, labels: dict[str, str]) -> None:
+        self._metric, self._labels = metric, labels
+        self._update: Callable[[float], None] | None = None
+
+    def add(self, value: float = 1.0) -> None:
+        update = self._update
+        if update is None:
+            update = self._update = self._metric.updater(self._labels)
+            if update is None:  # the library is not bound yet: kept as a plain number
+                self._metric.record(value, self._labels)
+                return
+        update(value)
+
+
 class Counter:
     """A counter with named labels; ``value`` reads one series back (tests, the demo)."""
 
@@ -66,6 +87,17 @@ class Counter:
             self._pending[key] = self._pending.get(key, 0.0) + amount
             return
         _child(self._counter, self._children, self.label_names, labels).inc(amount)
+
+    def series(self, **labels: str) -> Series:
+        return Series(self, labels)
+
+    def updater(self, labels: dict[str, str]) -> Callable[[float], None] | None:
+        if self._counter is None:
+            return None
+        return _child(self._counter, self._children, self.label_names, labels).inc  # type: ignore[no-any-return]
+
+    def record(self, value: float, labels: dict[str, str]) -> None:
+        self.inc(value, **labels)
 
     def bind(self, registry: CollectorRegistry) -> None:
         import prometheus_client
@@ -126,6 +158,17 @@ class Histogram:
                 self._metrics.bind()
             return
         _child(self._histogram, self._children, self.label_names, labels).observe(value)
+
+    def series(self, **labels: str) -> Series:
+        return Series(self, labels)
+
+    def updater(self, labels: dict[str, str]) -> Callable[[float], None] | None:
+        if self._histogram is None:
+            return None
+        return _child(self._histogram, self._children, self.label_names, labels).observe  # type: ignore[no-any-return]
+
+    def record(self, value: float, labels: dict[str, str]) -> None:
+        self.observe(value, **labels)
 
     def bind(self, registry: CollectorRegistry) -> None:
         import prometheus_client
