@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from devicehost.drivers.discovery import DRIVER_GROUP
 from devicehost.drivers.process import WorkerProcess
 from devicehost.drivers.zygote import Zygote
+from devicehost.errors import DriverError
 
 CONFIGURE = {"config": {"mark": "early"}, "root": "/", "simulated": False}
 FIRST_CALLS = {
@@ -17,7 +20,7 @@ FIRST_CALLS = {
 }
 
 
-async def with_worker(body):
+async def with_worker(body, entry_point="testdrivers.ordered:Ordered"):
     zygote = Zygote()
     worker = WorkerProcess(
         "ordered",
@@ -26,7 +29,7 @@ async def with_worker(body):
         zygote,
         on_notify=lambda resource: None,
         on_watch_error=lambda resource, message: None,
-        entry_point="testdrivers.ordered:Ordered",
+        entry_point=entry_point,
     )
     try:
         await worker.spawn()
@@ -113,3 +116,22 @@ def test_a_volunteered_enumeration_is_dropped_when_configure_was_asked_again():
         return device_id(await worker.call("devicehost_enumerate", 10, resource=RESOURCE))
 
     assert asyncio.run(with_worker(body)).startswith("o-late-")
+
+
+def test_a_worker_that_dies_enumerating_unasked_fails_the_first_enumerate_at_once(tmp_path):
+    """The volunteered enumeration kills the worker (``os._exit`` in enumerate): the first
+    enumerate is refused with the worker's exit, not after its timeout."""
+    configure = {"config": {"resources": {"test.example/dev": 1}}, "root": str(tmp_path)}
+    calls = {"devicehost_configure": configure, "devicehost_resources": {}}
+
+    async def body(worker):
+        worker.send_early(calls, then_enumerate=True)
+        await worker.start(30)
+        await worker.call("devicehost_configure", 10, **configure)
+        await worker.call("devicehost_resources", 10)
+        with pytest.raises(DriverError) as refused:
+            await worker.call("devicehost_enumerate", 20, resource="test.example/dev")
+        return str(refused.value)
+
+    why = asyncio.run(with_worker(body, "testdrivers.wrecking:ExitInEnumerate"))
+    assert "exited with code 3" in why, why

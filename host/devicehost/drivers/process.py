@@ -301,6 +301,8 @@ class WorkerProcess:
             volunteered = await self._take_volunteered(str(kwargs.get("resource")), timeout)
             if volunteered is not _NONE:
                 return volunteered
+            if self.exited.done():  # it died enumerating: say so now, not at the timeout
+                raise DriverError(self.driver, hook, f"its worker process {self.exited.result()}")
             timeout = max(0.0, timeout - (asyncio.get_running_loop().time() - waited_from))
         if early is not None and early[0] == kwargs:
             _, call_id, future = early  # sent at spawn (``send_early``); its timeout starts now
