@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import prometheus_client.exposition
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -64,6 +66,47 @@ def test_a_series_counts_into_its_labels_before_and_after_the_client_arrives():
     assert (
         found[("devicehost_allocate_duration_seconds_bucket", (("le", "0.001"), ("resource", "r")))]
         == 1
+    )
+
+
+def raw(metrics, name, **labels):
+    """A sample as the library holds it now, without the hand-over a read makes."""
+    assert metrics._registry is not None
+    return metrics._registry.get_sample_value(name, labels) or 0.0
+
+
+def test_a_series_hands_its_values_over_on_the_loop_without_a_read(monkeypatch):
+    """Kept as plain numbers on the request path, a series' values reach the library
+    within FLUSH_SECONDS even if nobody reads."""
+    monkeypatch.setattr(metrics_module, "FLUSH_SECONDS", 0.05)
+    metrics = Metrics()
+    metrics.bind()
+    ok = metrics.allocations.series(resource="r", result="ok")
+
+    async def count() -> tuple[float, float]:
+        ok.add()
+        ok.add()
+        before = raw(metrics, "devicehost_allocations_total", resource="r", result="ok")
+        await asyncio.sleep(0.2)
+        return before, raw(metrics, "devicehost_allocations_total", resource="r", result="ok")
+
+    assert asyncio.run(count()) == (0.0, 2.0)
+
+
+def test_a_series_hands_over_at_max_pending(monkeypatch):
+    monkeypatch.setattr(metrics_module, "MAX_PENDING", 3)
+    metrics = Metrics()
+    metrics.bind()
+    seconds = metrics.allocate_duration.series(resource="r")
+    for _ in range(3):
+        seconds.add(0.001)
+    assert raw(metrics, "devicehost_allocate_duration_seconds_count", resource="r") == 3
+
+
+def test_one_series_per_labels_however_often_asked():
+    metrics = Metrics()
+    assert metrics.allocations.series(resource="r", result="ok") is metrics.allocations.series(
+        resource="r", result="ok"
     )
 
 

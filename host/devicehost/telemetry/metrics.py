@@ -15,6 +15,8 @@ the library when it arrives (``MAX_PENDING`` observations at most: more bind at 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 #: ``CONTENT_TYPE_PLAIN_0_0_4``; a test holds them equal).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_PENDING = 10_000
+FLUSH_SECONDS = 1.0
 
 DURATION_BUCKETS = (
     0.0005,
@@ -48,24 +51,35 @@ Samples = Iterable[tuple[dict[str, str], float]]
 
 
 class Series:
-    """One labelled series of a counter or histogram, looked up once: ``add`` counts or
-    observes without building and looking up its labels again (the Allocate path, where
-    that lookup and the keyword arguments cost more than the library's own update)."""
+    """One labelled series of a counter or histogram for the Allocate path: ``add`` keeps
+    the value as a plain number, handed to the library within ``FLUSH_SECONDS``, at the
+    next read or scrape (``Metrics.bind``), or at ``MAX_PENDING`` values. Timed inside a
+    running host, the library's update with its label lookup cost 11 to 18 µs of each
+    Allocate; an append costs next to nothing, and the hand-over runs after the burst."""
 
-    __slots__ = ("_labels", "_metric", "_update")
+    __slots__ = ("_labels", "_metric", "_pending")
 
     def __init__(self, metric: Counter | Histogram, labels: dict[str, str]) -> None:
         self._metric, self._labels = metric, labels
-        self._update: Callable[[float], None] | None = None
+        self._pending: list[float] = []
 
     def add(self, value: float = 1.0) -> None:
-        update = self._update
-        if update is None:
-            update = self._update = self._metric.updater(self._labels)
-            if update is None:  # the library is not bound yet: kept as a plain number
-                self._metric.record(value, self._labels)
-                return
-        update(value)
+        pending = self._pending
+        pending.append(value)
+        if len(pending) == 1:
+            self._metric.owe()
+        elif len(pending) >= MAX_PENDING:
+            self._metric.hand_over_now()
+
+    def hand_over(self) -> None:
+        """Give the (bound) library what was added since the last hand-over. The list is
+        never replaced, only its head removed: a value added meanwhile from another thread
+        stays for the next hand-over."""
+        pending = self._pending
+        values = pending[: len(pending)]
+        del pending[: len(values)]
+        if values:
+            self._metric.add_all(self._labels, values)
 
 
 class Counter:
@@ -89,15 +103,16 @@ class Counter:
         _child(self._counter, self._children, self.label_names, labels).inc(amount)
 
     def series(self, **labels: str) -> Series:
-        return Series(self, labels)
+        return self._metrics.series_of(self, labels)
 
-    def updater(self, labels: dict[str, str]) -> Callable[[float], None] | None:
-        if self._counter is None:
-            return None
-        return _child(self._counter, self._children, self.label_names, labels).inc  # type: ignore[no-any-return]
+    def owe(self) -> None:
+        self._metrics.owe()
 
-    def record(self, value: float, labels: dict[str, str]) -> None:
-        self.inc(value, **labels)
+    def hand_over_now(self) -> None:
+        self._metrics.bind()
+
+    def add_all(self, labels: dict[str, str], values: list[float]) -> None:
+        self.inc(sum(values), **labels)
 
     def bind(self, registry: CollectorRegistry) -> None:
         import prometheus_client
@@ -160,15 +175,18 @@ class Histogram:
         _child(self._histogram, self._children, self.label_names, labels).observe(value)
 
     def series(self, **labels: str) -> Series:
-        return Series(self, labels)
+        return self._metrics.series_of(self, labels)
 
-    def updater(self, labels: dict[str, str]) -> Callable[[float], None] | None:
-        if self._histogram is None:
-            return None
-        return _child(self._histogram, self._children, self.label_names, labels).observe  # type: ignore[no-any-return]
+    def owe(self) -> None:
+        self._metrics.owe()
 
-    def record(self, value: float, labels: dict[str, str]) -> None:
-        self.observe(value, **labels)
+    def hand_over_now(self) -> None:
+        self._metrics.bind()
+
+    def add_all(self, labels: dict[str, str], values: list[float]) -> None:
+        observe = _child(self._histogram, self._children, self.label_names, labels).observe
+        for value in values:
+            observe(value)
 
     def bind(self, registry: CollectorRegistry) -> None:
         import prometheus_client
@@ -221,6 +239,9 @@ class Metrics:
     def __init__(self) -> None:
         self._registry: CollectorRegistry | None = None
         self._gauges: list[Gauge] = []
+        #: (metric name, label values) → its series: one per labels, however often asked
+        self._series_kept: dict[tuple[str, tuple[str, ...]], Series] = {}
+        self._hand_over: asyncio.TimerHandle | None = None
         self.allocations = Counter(
             self,
             "devicehost_allocations_total",
@@ -265,9 +286,28 @@ class Metrics:
             self.driver_restarts,
         )
 
+    def series_of(self, metric: Counter | Histogram, labels: dict[str, str]) -> Series:
+        key = (metric.name, tuple(labels[n] for n in metric.label_names))
+        series = self._series_kept.get(key)
+        if series is None:
+            series = self._series_kept[key] = Series(metric, labels)
+        return series
+
+    def owe(self) -> None:
+        """A series has values for the library: hand them over within FLUSH_SECONDS, or at
+        the next read (the only time, without an event loop)."""
+        if self._hand_over is None:
+            with contextlib.suppress(RuntimeError):
+                loop = asyncio.get_running_loop()
+                self._hand_over = loop.call_later(FLUSH_SECONDS, self._hand_over_owed)
+
+    def _hand_over_owed(self) -> None:
+        self._hand_over = None
+        self.bind()
+
     def bind(self) -> CollectorRegistry:
-        """Import the Prometheus client, make the registry and hand it what was counted so
-        far; once (later calls return the registry)."""
+        """Import the Prometheus client and make the registry (once), and hand it what was
+        counted since the last time: every read and scrape comes through here."""
         if self._registry is None:
             import prometheus_client
 
@@ -279,6 +319,8 @@ class Metrics:
                 metric.bind(registry)
             registry.register(_scrape_time_collector(self._gauges))
             self._registry = registry
+        for series in list(self._series_kept.values()):
+            series.hand_over()
         return self._registry
 
     @property
