@@ -3,6 +3,7 @@ conftest.py, so tests never import from ``conftest``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -27,6 +28,14 @@ def python_probe(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", code], env=host_environment(), capture_output=True, text=True
     )
+
+
+def modules_after(code: str) -> tuple[set[str], subprocess.CompletedProcess[str]]:
+    """The modules a fresh interpreter holds after running ``code`` (``python_probe``),
+    and the run itself (its other output, its log lines)."""
+    run = python_probe(code + "\nimport json, sys; print(json.dumps(sorted(sys.modules)))")
+    assert run.returncode == 0, run.stderr
+    return set(json.loads(run.stdout.splitlines()[-1])), run
 
 
 def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from devicehost.drivers.discovery import DriverStatus, load_plugins
 from devicehost.errors import ConfigError
-from support import SCRIPTED, python_probe
+from support import SCRIPTED, modules_after
 
 RES = "test.example/dev"
 
@@ -178,14 +178,11 @@ def test_a_worker_imports_neither_grpc_nor_opentelemetry():
     model, pluggy, the worker's code) and its driver: gRPC, OpenTelemetry and the metadata
     reader stay in the host (memory, start-up). test_zygote.py checks the same of workers
     forked by `devicehost run`."""
-    probe = (
-        "import sys, devicehost.drivers.zygote, devicehost.drivers.worker, "
-        "devicehost_nvidia.driver; "
-        "print(sorted({m.split('.')[0] for m in sys.modules} & "
-        "{'grpc', 'opentelemetry', 'importlib_metadata', 'prometheus_client'}))"
+    loaded, _ = modules_after(
+        "import devicehost.drivers.zygote, devicehost.drivers.worker, devicehost_nvidia.driver"
     )
-    loaded = python_probe(probe)
-    assert loaded.stdout.strip() == "[]", loaded.stderr
+    tops = {m.split(".")[0] for m in loaded}
+    assert not tops & {"grpc", "opentelemetry", "importlib_metadata", "prometheus_client"}
 
 
 def test_name_and_version_come_from_the_metadata_headers_only():
@@ -206,25 +203,21 @@ def test_discovery_lists_drivers_without_the_email_parser():
     """Listing drivers reads two header lines; importing the email parser that
     Distribution.metadata uses would cost every cold start ~15 ms."""
 
-    code = (
-        "import sys; from devicehost.drivers.discovery import load_plugins; "
-        "print(sorted(i.version for i in load_plugins().drivers)); "
-        "print('email.parser' in sys.modules)"
+    loaded, run = modules_after(
+        "from devicehost.drivers.discovery import load_plugins; "
+        "print(sorted(i.version for i in load_plugins().drivers))"
     )
-    out = python_probe(code)
-    versions, parser_loaded = out.stdout.splitlines()
-    assert "?" not in versions and parser_loaded == "False"
+    versions = run.stdout.splitlines()[0]
+    assert "?" not in versions and "email.parser" not in loaded
 
 
 def test_the_host_reads_no_package_metadata_with_tracing_off():
     """devicehost's own version (package metadata, the email parser: ~6 ms of every cold
     start) goes only on spans; with tracing off the host never reads it."""
-    code = (
-        "import sys, devicehost.cli, devicehost.lifecycle; "
+    loaded, _ = modules_after(
+        "import devicehost.cli, devicehost.lifecycle; "
         "from devicehost.config import HostConfig; "
         "from devicehost.telemetry.facade import Telemetry; "
-        "Telemetry.from_config(HostConfig()); "
-        "print('email.parser' in sys.modules)"
+        "Telemetry.from_config(HostConfig())"
     )
-    out = python_probe(code)
-    assert out.stdout.strip() == "False", out.stderr
+    assert "email.parser" not in loaded
