@@ -50,7 +50,7 @@ from devicehost.subprocesses import (
     name_process,
     start_helper,
 )
-from devicehost.telemetry.tracing import env_int
+from devicehost.telemetry.tracing import env_int, max_queue_size, schedule_delay_seconds
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -64,9 +64,7 @@ BATCH_SIZE = 512
 SEND_BUFFER_BYTES = 1 << 21
 NICENESS = 10
 SEND_SPANS = 256
-MAX_QUEUE_SIZE = 2048
 RECEIVE_BYTES = 1 << 20
-SCHEDULE_DELAY_MILLIS = 5000
 HOLD_BYTES = 8 << 20
 
 
@@ -123,7 +121,8 @@ _SERVER, _UNSET = _VALUE[SpanKind.SERVER], _VALUE[StatusCode.UNSET]
 class ProcessSpanProcessor(SpanProcessor):
     """Sends every sampled span to the export process; never blocks the caller.
 
-    Each span becomes bytes as it ends. Those that end on the event loop wait in the host
+    Each span becomes bytes as it ends (a request recorded as a row stays a row, built into
+    its span by the export process). Those that end on the event loop wait in the host
     until requests pause (``QUIET_SECONDS`` after the last span ended), so a burst of pod
     starts wakes no other process; then the host sends them and tells the exporter to
     export. At ``OTEL_BSP_MAX_QUEUE_SIZE`` held spans the host sends them during the burst
@@ -141,8 +140,8 @@ class ProcessSpanProcessor(SpanProcessor):
         ours.sendall(marshal.dumps((resource, scope)))
         ours.setblocking(False)
         self._socket: socket.socket | None = ours
-        self.max_wait = env_int("OTEL_BSP_SCHEDULE_DELAY", SCHEDULE_DELAY_MILLIS) / 1000
-        self.max_held = env_int("OTEL_BSP_MAX_QUEUE_SIZE", MAX_QUEUE_SIZE)
+        self.max_wait = schedule_delay_seconds()
+        self.max_held = max_queue_size()
         self._held: list[bytes | AnsweredRow] = []
         self._last_at = 0.0
         self._waiting_since = 0.0  # when the oldest span not yet exported ended; 0: none
@@ -340,7 +339,7 @@ def serve(channel: socket.socket) -> None:
     flags = TraceFlags(TraceFlags.SAMPLED)
     exporter = otlp_exporter(os.environ.pop(ENDPOINT_VARIABLE, ""))
     limit = env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", BATCH_SIZE)
-    held = HeldSpans(env_int("OTEL_BSP_SCHEDULE_DELAY", SCHEDULE_DELAY_MILLIS) / 1000, HOLD_BYTES)
+    held = HeldSpans(schedule_delay_seconds(), HOLD_BYTES)
     ids = RandomIdGenerator()  # the host's TracerProvider's own generator
 
     def new_ids() -> tuple[int, int]:

@@ -153,13 +153,13 @@ def start_request_span(
     )
 
 
-#: Samplers that record every span without a parent, and add no attributes or trace state
-#: to it, by their own description (``Sampler.get_description``: public, and it names the
-#: root sampler). ``parentbased_always_on`` is OpenTelemetry's default.
 def _description(sampler: Sampler) -> str:
     return sampler.get_description()
 
 
+#: Samplers that record every span without a parent, and add no attributes or trace state
+#: to it, by their own description (``Sampler.get_description``: public, and it names the
+#: root sampler). ``parentbased_always_on`` is OpenTelemetry's default.
 ROOT_ALWAYS_SAMPLED = frozenset(map(_description, (ALWAYS_ON, ParentBased(ALWAYS_ON))))
 
 

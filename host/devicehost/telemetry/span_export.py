@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from devicehost.telemetry.tracing import Activity, env_int
+from devicehost.telemetry.tracing import (
+    Activity,
+    env_int,
+    max_queue_size,
+    schedule_delay_seconds,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -41,9 +46,9 @@ class IdleSpanProcessor(SpanProcessor):
     def __init__(self, exporter: SpanExporter, activity: Activity) -> None:
         self.exporter = exporter
         self.activity = activity
-        self.max_queue = env_int("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
+        self.max_queue = max_queue_size()
         self.high_water = max(1, self.max_queue * 3 // 4)
-        self.max_delay = env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
+        self.max_delay = schedule_delay_seconds()
         self.batch_size = min(env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", BATCH_SIZE), self.max_queue)
         self.dropped = 0
         self._draining = False

@@ -102,6 +102,18 @@ def env_int(name: str, default: int) -> int:
         return default
 
 
+def max_queue_size() -> int:
+    """``OTEL_BSP_MAX_QUEUE_SIZE``: the most spans held before they must leave (the SDK's
+    default, 2048)."""
+    return env_int("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
+
+
+def schedule_delay_seconds() -> float:
+    """``OTEL_BSP_SCHEDULE_DELAY``: the longest a span waits for export (the SDK's default,
+    5000 ms)."""
+    return env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
+
+
 def rpc_attributes(service: str, method: str) -> dict[str, str]:
     """The attributes every RPC span starts with; ``rpc.method`` is fully qualified."""
     return {RPC_SYSTEM: "grpc", RPC_METHOD: f"{service}/{method}"}
@@ -407,20 +419,22 @@ class Tracing:
         for key, _ in metadata:
             if key == "traceparent":
                 return None
-        trace_id = span_id = 0
+        span = UNIDENTIFIED
         if identified:
             ids = self.provider.id_generator  # type: ignore[union-attr]
-            trace_id, span_id = ids.generate_trace_id(), ids.generate_span_id()
+            span = SpanIds(ids.generate_trace_id(), ids.generate_span_id())
         attributes[RPC_STATUS] = "OK"
         shared = self._shared(method, resource, driver)
-        sender.hold_answered((shared, trace_id, span_id, start_ns, end_ns, attributes))
-        return SpanIds(trace_id, span_id)
+        sender.hold_answered((shared, *span, start_ns, end_ns, attributes))
+        return span
 
     def context_of(self, ids: SpanIds) -> SpanContext:
         """The span context of a row's span (to link a follow-up span to it)."""
-        from opentelemetry.trace import SpanContext, TraceFlags
+        from opentelemetry.trace import SpanContext
 
-        return SpanContext(ids.trace_id, ids.span_id, False, TraceFlags(TraceFlags.SAMPLED))
+        from devicehost.telemetry.request_span import SAMPLED
+
+        return SpanContext(ids.trace_id, ids.span_id, False, SAMPLED)
 
     @contextmanager
     def rpc_span(
