@@ -4,13 +4,15 @@ still importing; the bring-up takes their answers instead of asking again."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
 from devicehost.drivers.discovery import DRIVER_GROUP
-from devicehost.drivers.process import WorkerProcess
+from devicehost.drivers.process import WORKER_THREADS, WorkerProcess
 from devicehost.drivers.zygote import Zygote
-from devicehost.errors import DriverError
+from devicehost.errors import DriverError, DriverTimeout
+from testdrivers.scripted import control_dir
 
 CONFIGURE = {"config": {"mark": "early"}, "root": "/", "simulated": False}
 FIRST_CALLS = {
@@ -135,3 +137,36 @@ def test_a_worker_that_dies_enumerating_unasked_fails_the_first_enumerate_at_onc
 
     why = asyncio.run(with_worker(body, "testdrivers.wrecking:ExitInEnumerate"))
     assert "exited with code 3" in why, why
+
+
+def test_a_volunteered_enumeration_that_hangs_is_a_stuck_call(tmp_path):
+    """The worker's unasked enumeration never returns: the first enumerate times out
+    without asking the driver again, and that call thread counts as stuck — so the
+    worker is killed as hung once its other call threads are stuck too."""
+    resource = "test.example/dev"
+    configure = {
+        "config": {"resources": {resource: 1}, "hang": ["devicehost_enumerate"]},
+        "root": str(tmp_path),
+    }
+    calls = {"devicehost_configure": configure, "devicehost_resources": {}}
+
+    async def body(worker):
+        worker.send_early(calls, then_enumerate=True)
+        await worker.start(30)
+        await worker.call("devicehost_configure", 10, **configure)
+        await worker.call("devicehost_resources", 10)
+        with pytest.raises(DriverTimeout):
+            await worker.call("devicehost_enumerate", 0.5, resource=resource)
+        entered = control_dir(tmp_path, "ordered").joinpath("calls.jsonl").read_text()
+        for _ in range(WORKER_THREADS - 1):  # each hangs on a call thread of its own
+            with pytest.raises(DriverTimeout):
+                await worker.call("devicehost_enumerate", 0.5, resource=resource)
+        return entered, await asyncio.wait_for(asyncio.shield(worker.exited), 10)
+
+    entered, why = asyncio.run(with_worker(body, "testdrivers.scripted:Scripted"))
+    assert [json.loads(line)[0] for line in entered.splitlines()] == [
+        "devicehost_configure",
+        "devicehost_resources",
+        "devicehost_enumerate",
+    ]
+    assert f"all its {WORKER_THREADS} call threads are stuck" in why, why

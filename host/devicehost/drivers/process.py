@@ -36,6 +36,9 @@ PING_SECONDS = 1.0
 KILL_GRACE_SECONDS = 0.5
 #: The worker's call threads (``worker.CALL_THREADS``): that many stuck calls means it is hung.
 WORKER_THREADS = 4
+#: The call id under which a worker's unasked enumerations count as stuck (asked calls
+#: are numbered from 1).
+VOLUNTEERED_CALL = 0
 
 
 class WorkerExited(Exception):
@@ -199,6 +202,7 @@ class WorkerProcess:
             if self._volunteering is not None and not self._volunteering.done():
                 self._volunteered[str(message["volunteered"])] = message.get("value")
         elif "volunteered_all" in message:
+            self._stuck.discard(VOLUNTEERED_CALL)
             if self._volunteering is not None and not self._volunteering.done():
                 self._volunteering.set_result(None)
         elif "notify" in message:
@@ -303,6 +307,8 @@ class WorkerProcess:
                 return volunteered
             if self.exited.done():  # it died enumerating: say so now, not at the timeout
                 raise DriverError(self.driver, hook, f"its worker process {self.exited.result()}")
+            if self._stuck_volunteering():
+                raise DriverTimeout(self.driver, hook, f"did not return within {timeout:g} s")
             timeout = max(0.0, timeout - (asyncio.get_running_loop().time() - waited_from))
         if early is not None and early[0] == kwargs:
             _, call_id, future = early  # sent at spawn (``send_early``); its timeout starts now
@@ -344,6 +350,16 @@ class WorkerProcess:
             self._volunteering = None  # all taken
         return answer
 
+    def _stuck_volunteering(self) -> bool:
+        """True when the worker is still enumerating unasked after a whole hook timeout:
+        that call thread counts as stuck (as an asked call would) and nothing more is
+        waited for from it; asking again would only queue the call behind the hung one."""
+        if self._volunteering is None or self._volunteering.done():
+            return False
+        self._stop_volunteering()
+        self._count_stuck(VOLUNTEERED_CALL)
+        return True
+
     def _stop_volunteering(self) -> None:
         self._volunteered.clear()
         if self._volunteering is not None and not self._volunteering.done():
@@ -355,8 +371,12 @@ class WorkerProcess:
         A call that ran past its timeout counts as stuck until it answers: when every call
         thread is stuck, or the worker misses a ping, it is killed."""
         self._send({"cancel": call_id})
-        if not timed_out:
-            return
+        if timed_out:
+            self._count_stuck(call_id)
+
+    def _count_stuck(self, call_id: int) -> None:
+        """``call_id`` runs past its timeout: kill the worker when every call thread is
+        stuck, else make sure it still answers at all."""
         self._stuck.add(call_id)
         if len(self._stuck) >= WORKER_THREADS:
             asyncio.get_running_loop().create_task(
