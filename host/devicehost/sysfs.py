@@ -8,20 +8,36 @@ attributes give ``None``: hardware vanishes, and a reader must not crash.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 __all__ = ["normalise_pci_address", "pci_numa_node", "pci_path", "read_attr", "read_int"]
 
+StrPath = str | os.PathLike[str]
 
-def read_attr(path: Path) -> str | None:
-    """The stripped text of a sysfs attribute, or None when absent or unreadable."""
+
+def read_attr(path: StrPath) -> str | None:
+    """The stripped text of a sysfs attribute, or None when absent or unreadable.
+
+    Read with bare system calls: watches poll these files every second, and
+    ``Path.read_text`` (a buffered text stream per file) cost 2.5 times as much
+    (docs/performance.md)."""
     try:
-        return path.read_text().strip()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 4096):
+            chunks.append(chunk)
+        return b"".join(chunks).decode().strip()
     except (OSError, UnicodeDecodeError):
         return None
+    finally:
+        os.close(fd)
 
 
-def read_int(path: Path, base: int = 10) -> int | None:
+def read_int(path: StrPath, base: int = 10) -> int | None:
     """An integer attribute (``base=16`` for ``0x15b3``-style IDs), or None."""
     text = read_attr(path)
     if text is None:

@@ -82,7 +82,10 @@ def hex_id(text: str | None) -> str | None:
 
 def ibdev_names(root: Path) -> list[str]:
     """The RDMA devices the kernel lists, in natural order (``mlx5_2`` before ``mlx5_10``)."""
-    return [p.name for p in _entries(root / INFINIBAND_CLASS)]
+    try:
+        return sorted(os.listdir(os.path.join(root, INFINIBAND_CLASS)), key=natural_key)
+    except OSError:
+        return []
 
 
 def _char_device_key(name: str) -> tuple[int, tuple[object, ...]]:
