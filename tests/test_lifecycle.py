@@ -69,6 +69,50 @@ def test_kubelet_that_appears_late_is_waited_for(install, run_host, plugin_dir):
         eventually(lambda: host.call(lambda: host.host.ready))
 
 
+def test_a_registration_never_inherits_another_channels_failed_connection(tmp_path):
+    """A channel that tried kubelet.sock while it was missing (a registration cancelled in
+    flight when the kubelet restarted) does not decide the next one: with the kubelet back,
+    Register succeeds at its first attempt. gRPC shares one connection per address among
+    channels by default, and a failed one fails every channel's calls at once for its
+    reconnect back-off (~1 s): re-registration after a restart took 1.7 s in some runs."""
+    import asyncio
+
+    import grpc
+
+    from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
+    from devicehost.kubelet.registration import register
+
+    plugin_dir = tmp_path / "plugins"
+    kubelet_socket = plugin_dir / "kubelet.sock"
+    kubelet = KubeletStandIn(plugin_dir)
+    outcomes = []
+
+    async def scenario():
+        stale = grpc.aio.insecure_channel(f"unix://{kubelet_socket}")
+        stale.get_state(try_to_connect=True)
+        async with asyncio.timeout(10):
+            while stale.get_state() != grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+                await stale.wait_for_state_change(stale.get_state())
+        await asyncio.to_thread(kubelet.start)
+        try:
+            return await register(
+                kubelet_socket,
+                RES,
+                SOCKET,
+                pb.DevicePluginOptions(),
+                initial_backoff=0.05,
+                on_attempt=lambda resource, outcome: outcomes.append(outcome),
+            )
+        finally:
+            await stale.close()
+
+    try:
+        attempts = asyncio.run(scenario())
+    finally:
+        kubelet.close()
+    assert (attempts, outcomes) == (1, ["ok"])
+
+
 def test_rejected_registration_is_logged_and_others_unaffected(install, run_host, kubelet, caplog):
     """A resource the kubelet rejects is logged with the reason and retried; another
     driver's resource registers normally."""

@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 API_VERSION = "v1beta1"
 REGISTER_TIMEOUT_SECONDS = 5.0
 AttemptCallback = Callable[[str, str], None]
+#: Each attempt connects on its own. By default gRPC shares one connection per address
+#: among all channels, and one that failed (kubelet.sock not there yet) fails every
+#: channel's calls at once until its own reconnect back-off (~1 s, growing) has passed:
+#: after a kubelet restart, re-registration sometimes took 1.7 s instead of milliseconds.
+FRESH_CONNECTION = (("grpc.use_local_subchannel_pool", 1),)
 
 
 def rejected(exc: BaseException | None) -> bool:
@@ -152,7 +157,9 @@ async def register(
             }
             with tracing.client_span(f"{REGISTRATION_SERVICE}/Register", attributes) as span:
                 try:
-                    async with grpc.aio.insecure_channel(f"unix://{kubelet_socket}") as channel:
+                    async with grpc.aio.insecure_channel(
+                        f"unix://{kubelet_socket}", options=FRESH_CONNECTION
+                    ) as channel:
                         await pb_grpc.RegistrationStub(channel).Register(
                             request, timeout=REGISTER_TIMEOUT_SECONDS
                         )
