@@ -247,8 +247,9 @@ def kubelet_restart(ws: Workspace, runs: int) -> dict[str, Any]:
     return {
         "what": "from the new kubelet.sock answering to the last resource's RegisterRequest, "
         f"{runs} kubelet restarts (every socket deleted first, as the kubelet does)",
-        "goal": "under 100 ms",
+        "goal": "devicehost: every restart (p99, here the slowest) under 100 ms",
         "results": results,
+        "goals": {"devicehost_p99_ms": verdict(results["devicehost"]["p99_ms"], 100.0)},
     }
 
 
@@ -289,11 +290,12 @@ def health_change(ws: Workspace, count: int) -> dict[str, Any]:
         "what": f"{count} health flips of one of 8 devices: from the change (a file the bench "
         "driver's watch hook polls every 1 ms) to the new ListAndWatch list at the "
         "kubelet stand-in",
-        "goal": "under 100 ms",
+        "goal": "p99 under 100 ms",
         "results": {
             "devicehost": summary(samples),
             "minimal_plugin": "n/a: the minimal plugin has no health model",
         },
+        "goals": {"devicehost_p99_ms": verdict(summary(samples)["p99_ms"], 100.0)},
     }
 
 
