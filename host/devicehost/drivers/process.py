@@ -307,7 +307,7 @@ class WorkerProcess:
                 return volunteered
             if self.exited.done():  # it died enumerating: say so now, not at the timeout
                 raise DriverError(self.driver, hook, f"its worker process {self.exited.result()}")
-            if self._stuck_volunteering():
+            if self._give_up_volunteering():
                 raise DriverTimeout(self.driver, hook, f"did not return within {timeout:g} s")
             timeout = max(0.0, timeout - (asyncio.get_running_loop().time() - waited_from))
         if early is not None and early[0] == kwargs:
@@ -350,10 +350,10 @@ class WorkerProcess:
             self._volunteering = None  # all taken
         return answer
 
-    def _stuck_volunteering(self) -> bool:
-        """True when the worker is still enumerating unasked after a whole hook timeout:
-        that call thread counts as stuck (as an asked call would) and nothing more is
-        waited for from it; asking again would only queue the call behind the hung one."""
+    def _give_up_volunteering(self) -> bool:
+        """Stop waiting for the worker's unasked enumerations when they still run after a
+        whole hook timeout (True then): that call thread counts as stuck, as an asked call
+        would, and the call is not asked again, which would only queue it behind them."""
         if self._volunteering is None or self._volunteering.done():
             return False
         self._stop_volunteering()

@@ -62,7 +62,7 @@ ENDPOINT_VARIABLE = "DEVICEHOST_EXPORT_ENDPOINT"
 #: How long no request span must end before the host calls it a pause and the spans leave.
 #: Longer than a scheduling hiccup: at 5 ms, a stall of the client or of a virtual CPU in
 #: the middle of a burst looked like a pause, and the export that followed (~0.1 s of CPU)
-#: ran beside the rest of the burst, tripling its p99 in most rounds (docs/performance.md).
+#: ran beside the rest of the burst and slowed its p99 in most rounds (docs/performance.md).
 QUIET_SECONDS = 0.05
 BATCH_SIZE = 512
 SEND_BUFFER_BYTES = 1 << 21
