@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from devicehost.model import resource_name_problem
-from devicehost_nvidia.simulated import sim_mig_profile
 from devicehost_nvidia.toolkit import DEFAULT_SPEC_DIRS
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -246,6 +245,8 @@ def _simulation(value: Any) -> Simulation:
         names = _list(where, profiles)
         if not 1 <= len(names) <= 7:
             raise ValueError(f"{where}: expected 1 to 7 MIG profiles, got {len(names)}")
+        from devicehost_nvidia.simulated import sim_mig_profile  # simulation only
+
         for name in names:
             try:
                 sim_mig_profile(str(name))

@@ -1,5 +1,8 @@
 """Enumeration: conformance, device IDs, NUMA nodes from sysfs, nodes without NVML or GPUs."""
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,6 +126,33 @@ def test_without_nvml_the_driver_is_unavailable(fake_root: FakeRoot) -> None:
         DriverUnavailable, match=r"^NVML cannot be loaded: .*; no NVIDIA driver on this node$"
     ):
         NvidiaDriver().devicehost_configure(config={}, root=fake_root.path, simulated=False)
+
+
+def test_a_node_that_is_not_simulated_never_loads_the_simulator(tmp_path: Path) -> None:
+    """A worker on a real node imports the driver and configures it against real NVML:
+    the simulated NVML, the tree builder and the testing kit they use stay unloaded."""
+    probe = (
+        "import json, sys\n"
+        "from devicehost import DriverUnavailable\n"
+        "from devicehost_nvidia.driver import NvidiaDriver\n"
+        "try:\n"
+        f"    NvidiaDriver().devicehost_configure(config={{}}, root={str(tmp_path)!r}, "
+        "simulated=False)\n"
+        "except DriverUnavailable:\n"
+        "    pass\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    loaded = set(json.loads(run.stdout.splitlines()[-1]))
+    simulation = {
+        "devicehost_nvidia.simulated",
+        "devicehost_nvidia.simtree",
+        "devicehost.testing",
+    }
+    assert "devicehost_nvidia.driver" in loaded
+    assert not simulation & loaded
 
 
 def test_without_nvml_the_host_advertises_nothing(kubelet, run_host) -> None:
