@@ -120,17 +120,24 @@ def test_a_volunteered_enumeration_is_dropped_when_configure_was_asked_again():
     assert asyncio.run(with_worker(body)).startswith("o-late-")
 
 
+async def configured_with_volunteering(worker, configure):
+    """Send configure and resources early with ``then_enumerate``, start the worker and
+    take both answers: the worker's unasked enumeration is next."""
+    worker.send_early(
+        {"devicehost_configure": configure, "devicehost_resources": {}}, then_enumerate=True
+    )
+    await worker.start(30)
+    await worker.call("devicehost_configure", 10, **configure)
+    await worker.call("devicehost_resources", 10)
+
+
 def test_a_worker_that_dies_enumerating_unasked_fails_the_first_enumerate_at_once(tmp_path):
     """The volunteered enumeration kills the worker (``os._exit`` in enumerate): the first
     enumerate is refused with the worker's exit, not after its timeout."""
     configure = {"config": {"resources": {"test.example/dev": 1}}, "root": str(tmp_path)}
-    calls = {"devicehost_configure": configure, "devicehost_resources": {}}
 
     async def body(worker):
-        worker.send_early(calls, then_enumerate=True)
-        await worker.start(30)
-        await worker.call("devicehost_configure", 10, **configure)
-        await worker.call("devicehost_resources", 10)
+        await configured_with_volunteering(worker, configure)
         with pytest.raises(DriverError) as refused:
             await worker.call("devicehost_enumerate", 20, resource="test.example/dev")
         return str(refused.value)
@@ -148,13 +155,9 @@ def test_a_volunteered_enumeration_that_hangs_is_a_stuck_call(tmp_path):
         "config": {"resources": {resource: 1}, "hang": ["devicehost_enumerate"]},
         "root": str(tmp_path),
     }
-    calls = {"devicehost_configure": configure, "devicehost_resources": {}}
 
     async def body(worker):
-        worker.send_early(calls, then_enumerate=True)
-        await worker.start(30)
-        await worker.call("devicehost_configure", 10, **configure)
-        await worker.call("devicehost_resources", 10)
+        await configured_with_volunteering(worker, configure)
         with pytest.raises(DriverTimeout):
             await worker.call("devicehost_enumerate", 0.5, resource=resource)
         entered = control_dir(tmp_path, "ordered").joinpath("calls.jsonl").read_text()
