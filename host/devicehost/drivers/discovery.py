@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import inspect
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,11 +112,7 @@ def _check_selection(allow: Sequence[str] | None, deny: Sequence[str], installed
         log.warning("disabledDrivers: no installed driver is named %r (installed: %s)", name, known)
 
 
-def load_plugins(
-    allow: Sequence[str] | None = None,
-    deny: Sequence[str] = (),
-    select_entry_points: Callable[..., Iterable[EntryPoint]] = entry_points,
-) -> PluginSet:
+def load_plugins(allow: Sequence[str] | None = None, deny: Sequence[str] = ()) -> PluginSet:
     """List drivers (without importing them) and load policy plugins.
 
     ``allow``/``deny`` filter drivers by entry-point name (``None`` allows every driver).
@@ -125,8 +121,11 @@ def load_plugins(
     """
     plugins = PluginSet(new_plugin_manager())
     owners: dict[str, str] = {}
+    # One pass over every installed distribution's metadata serves both groups: each pass
+    # reads them all, and it is on every cold start's path.
+    installed = entry_points()
     found = sorted(
-        ((ep.name, *_distribution_of(ep), ep) for ep in select_entry_points(group=DRIVER_GROUP)),
+        ((ep.name, *_distribution_of(ep), ep) for ep in installed.select(group=DRIVER_GROUP)),
         key=lambda found: found[:3],
     )
     for _, dist, version, ep in found:
@@ -157,13 +156,13 @@ def load_plugins(
             plugins.drivers.append(info)
         plugins.infos.append(info)
     _check_selection(allow, deny, set(owners))
-    _load_policies(plugins, select_entry_points)
+    _load_policies(plugins, installed.select(group=POLICY_GROUP))
     return plugins
 
 
-def _load_policies(plugins: PluginSet, select: Callable[..., Iterable[EntryPoint]]) -> None:
+def _load_policies(plugins: PluginSet, policies: Iterable[EntryPoint]) -> None:
     """Policy plugins may only wrap hooks: they shape every driver's answer, never give one."""
-    for ep in sorted(select(group=POLICY_GROUP), key=lambda e: e.name):
+    for ep in sorted(policies, key=lambda e: e.name):
         dist, version = _distribution_of(ep)
         info = DriverInfo(
             name=ep.name,
