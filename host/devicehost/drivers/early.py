@@ -12,6 +12,7 @@ host owns it from then on. The supervisor adopts each spawned worker for its fir
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,8 +48,8 @@ async def start_workers(config: HostConfig, zygote: Zygote) -> EarlyStart:
     cannot be spawned is left to its supervisor, which retries and reports it)."""
     plugins = load_plugins(allow=config.enabled_drivers, deny=config.disabled_drivers)
     early = EarlyStart(plugins, sim_root=make_sim_root() if config.simulate else None)
-    for info in plugins.drivers:
-        worker = WorkerProcess(
+    workers = {
+        info.name: WorkerProcess(
             info.name,
             info.distribution,
             DRIVER_GROUP,
@@ -58,14 +59,20 @@ async def start_workers(config: HostConfig, zygote: Zygote) -> EarlyStart:
             log_level=config.log_level,
             entry_point=info.entry_point,
         )
-        try:
-            await worker.spawn()
-        except WorkerExited:
-            continue
-        early.workers[info.name] = worker
+        for info in plugins.drivers
+    }
+    # Side by side: each spawn waits for the zygote to fork and answer (~5 ms on a busy
+    # node); one after the other, those waits added up before the host could go on.
+    spawned = await asyncio.gather(*(w.spawn() for w in workers.values()), return_exceptions=True)
+    for (name, worker), outcome in zip(workers.items(), spawned, strict=True):
+        if isinstance(outcome, WorkerExited):
+            continue  # left to its supervisor, which retries and reports it
+        if isinstance(outcome, BaseException):
+            raise outcome  # the host is ending; its zygote takes the workers with it
+        early.workers[name] = worker
         # Run while the host imports the rest of itself; the bring-up takes the answers.
-        root = driver_root(early.sim_root, config.root, info.name)
-        worker.send_early(first_calls(config, info.name, root), then_enumerate=True)
+        root = driver_root(early.sim_root, config.root, name)
+        worker.send_early(first_calls(config, name, root), then_enumerate=True)
     return early
 
 
