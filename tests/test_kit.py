@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from devicehost.testing import FakeRoot
@@ -36,3 +38,26 @@ def test_fake_pci_device_layout(tmp_path):
     assert (device / "numa_node").read_text() == "1\n"
     assert (device / "driver").resolve().name == "mlx5_core"
     assert not (device / "driver").readlink().is_absolute()
+
+
+def test_fake_root_writes_create_their_parents_and_replace_what_was_there(tmp_path):
+    """Files, links and device stand-ins land in directories that do not exist yet, a
+    second write replaces the first (shorter text leaves nothing of the longer), and a
+    link re-made points at its new target."""
+    root = FakeRoot(tmp_path)
+    written = root.write("/sys/class/net/eth0/operstate", "down-for-maintenance")
+    assert written == tmp_path / "sys/class/net/eth0/operstate"
+    root.write("sys/class/net/eth0/operstate", "up")
+    assert written.read_text() == "up\n"
+    assert root.write("/sys/empty").read_text() == ""
+    assert root.char_device("/dev/infiniband/uverbs0").is_file()
+    root.symlink("/sys/class/net/eth0/device", "/sys/devices/a")
+    link = root.symlink("/sys/class/net/eth0/device", "/sys/devices/b")
+    assert link.readlink() == Path("../../../devices/b")
+
+
+def test_fake_root_files_are_not_executable(tmp_path):
+    """Attributes and device stand-ins are plain files, as sysfs shows them (rw, no x)."""
+    root = FakeRoot(tmp_path)
+    for path in (root.write("/sys/a/attr", "1"), root.char_device("/dev/x")):
+        assert path.stat().st_mode & 0o111 == 0
