@@ -9,15 +9,19 @@ host, each in isolation, and may only wrap hooks.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import importlib
 import inspect
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from importlib_metadata import EntryPoint
 
 import pluggy
-from importlib_metadata import EntryPoint, entry_points
 
 from devicehost import hookspecs
 from devicehost.drivers.plugin_manager import new_plugin_manager, register
@@ -63,6 +67,55 @@ class PluginSet:
     pm: pluggy.PluginManager
     drivers: list[DriverInfo] = field(default_factory=list)
     infos: list[DriverInfo] = field(default_factory=list)
+
+
+@dataclass(frozen=True, order=True)
+class Listed:
+    """One entry point as the installed metadata names it (plain data: the zygote reads
+    the metadata at its fork and hands the host this, ``plan``)."""
+
+    name: str
+    distribution: str
+    version: str
+    value: str
+
+
+@dataclass
+class Listing:
+    """Every driver and policy entry point installed, before any selection."""
+
+    drivers: list[Listed] = field(default_factory=list)
+    policies: list[Listed] = field(default_factory=list)
+
+    def to_plain(self) -> dict[str, Any]:
+        return {
+            "drivers": [dataclasses.astuple(e) for e in self.drivers],
+            "policies": [dataclasses.astuple(e) for e in self.policies],
+        }
+
+    @classmethod
+    def from_plain(cls, data: Any) -> Listing:
+        """The listing the zygote sent (our own process's data: checked for shape only)."""
+        return cls(
+            drivers=[Listed(*map(str, e)) for e in data["drivers"]],
+            policies=[Listed(*map(str, e)) for e in data["policies"]],
+        )
+
+
+def read_listing() -> Listing:
+    """Read the installed distributions' entry points: one pass over every distribution's
+    metadata serves both groups (each pass reads them all, on every cold start's path)."""
+    from importlib_metadata import entry_points  # ~15 ms: only where the listing is read
+
+    installed = entry_points()
+    return Listing(
+        drivers=_listed(installed.select(group=DRIVER_GROUP)),
+        policies=_listed(installed.select(group=POLICY_GROUP)),
+    )
+
+
+def _listed(found: Any) -> list[Listed]:
+    return sorted(Listed(ep.name, *_distribution_of(ep), ep.value) for ep in found)
 
 
 def _distribution_of(ep: EntryPoint) -> tuple[str, str]:
@@ -112,32 +165,52 @@ def _check_selection(allow: Sequence[str] | None, deny: Sequence[str], installed
         log.warning("disabledDrivers: no installed driver is named %r (installed: %s)", name, known)
 
 
-def load_plugins(allow: Sequence[str] | None = None, deny: Sequence[str] = ()) -> PluginSet:
+def load_plugins(
+    allow: Sequence[str] | None = None, deny: Sequence[str] = (), listing: Listing | None = None
+) -> PluginSet:
     """List drivers (without importing them) and load policy plugins.
 
     ``allow``/``deny`` filter drivers by entry-point name (``None`` allows every driver).
     A name in ``allow`` that no installed driver has is a ``ConfigError`` listing the
-    installed names: a typo must not silently disable every driver.
+    installed names: a typo must not silently disable every driver. ``listing``: the
+    installed entry points when already read (by the zygote); read here otherwise.
     """
+    listing = listing or read_listing()
     plugins = PluginSet(new_plugin_manager())
+    plugins.drivers, plugins.infos = _list_drivers(listing.drivers, allow, deny)
+    _load_policies(plugins, listing.policies)
+    return plugins
+
+
+def drivers_to_start(
+    listing: Listing, allow: Sequence[str] | None = None, deny: Sequence[str] = ()
+) -> list[DriverInfo]:
+    """The drivers ``load_plugins`` would start: no policy is loaded and nothing is logged
+    (the zygote's prestart; the host lists them again, and reports)."""
+    logging.disable(logging.CRITICAL)
+    try:
+        return _list_drivers(listing.drivers, allow, deny)[0]
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _list_drivers(
+    found: list[Listed], allow: Sequence[str] | None, deny: Sequence[str]
+) -> tuple[list[DriverInfo], list[DriverInfo]]:
+    """The drivers to start, and every driver entry point with its status."""
+    drivers: list[DriverInfo] = []
+    infos: list[DriverInfo] = []
     owners: dict[str, str] = {}
-    # One pass over every installed distribution's metadata serves both groups: each pass
-    # reads them all, and it is on every cold start's path.
-    installed = entry_points()
-    found = sorted(
-        ((ep.name, *_distribution_of(ep), ep) for ep in installed.select(group=DRIVER_GROUP)),
-        key=lambda found: found[:3],
-    )
-    for _, dist, version, ep in found:
+    for ep in found:
         info = DriverInfo(
             name=ep.name,
-            distribution=dist,
-            version=version,
+            distribution=ep.distribution,
+            version=ep.version,
             status=DriverStatus.ACTIVE,
             entry_point=ep.value,
         )
         owner = owners.get(ep.name)
-        if owner == dist:
+        if owner == ep.distribution:
             continue  # the same distribution seen twice on sys.path
         if owner is not None:
             info.status = DriverStatus.FAILED
@@ -145,25 +218,34 @@ def load_plugins(allow: Sequence[str] | None = None, deny: Sequence[str] = ()) -
                 f"entry-point name {ep.name!r} is also used by {owner}, which is served; "
                 "uninstall or disable one of them"
             )
-            log.error("driver %r (%s %s): %s", ep.name, dist, version, info.reason)
-            plugins.infos.append(info)
+            log.error("driver %r (%s %s): %s", ep.name, ep.distribution, ep.version, info.reason)
+            infos.append(info)
             continue
-        owners[ep.name] = dist
+        owners[ep.name] = ep.distribution
         skip = _selected(ep.name, allow, deny)
         if skip:
             info.status, info.reason = DriverStatus.DISABLED, skip
         else:
-            plugins.drivers.append(info)
-        plugins.infos.append(info)
+            drivers.append(info)
+        infos.append(info)
     _check_selection(allow, deny, set(owners))
-    _load_policies(plugins, installed.select(group=POLICY_GROUP))
-    return plugins
+    return drivers, infos
 
 
-def _load_policies(plugins: PluginSet, policies: Iterable[EntryPoint]) -> None:
+def load_object(value: str) -> Any:
+    """The object an entry-point value (``module:attribute``) names, as
+    ``EntryPoint.load`` finds it."""
+    module, _, attribute = value.partition(":")
+    obj = importlib.import_module(module.strip())
+    for part in filter(None, attribute.strip().split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _load_policies(plugins: PluginSet, policies: list[Listed]) -> None:
     """Policy plugins may only wrap hooks: they shape every driver's answer, never give one."""
-    for ep in sorted(policies, key=lambda e: e.name):
-        dist, version = _distribution_of(ep)
+    for ep in policies:
+        dist, version = ep.distribution, ep.version
         info = DriverInfo(
             name=ep.name,
             distribution=dist,
@@ -173,7 +255,7 @@ def _load_policies(plugins: PluginSet, policies: Iterable[EntryPoint]) -> None:
         )
         plugins.infos.append(info)
         try:
-            obj = ep.load()
+            obj = load_object(ep.value)
             plugin: Any = obj() if inspect.isclass(obj) else obj
         except Exception as exc:
             info.status = DriverStatus.FAILED

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import inspect
 import logging
 import os
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from devicehost import hookspecs
+from devicehost.drivers.discovery import load_object
 from devicehost.drivers.plugin_manager import new_plugin_manager, register
 from devicehost.drivers.protocol import HEADER, NotPlain, body_length, decode, encode, to_plain
 from devicehost.errors import DriverUnavailable, RequestRefused
@@ -66,15 +66,6 @@ def _find_entry_point(group: str, name: str, distribution: str) -> str | None:
         if dist is None or not distribution or (dist.metadata["Name"] or dist.name) == distribution:
             return ep.value  # type: ignore[no-any-return]
     return None
-
-
-def _load_object(value: str) -> Any:
-    """The object an entry-point value names, as ``EntryPoint.load`` finds it."""
-    module, _, attribute = value.partition(":")
-    obj = importlib.import_module(module.strip())
-    for part in filter(None, attribute.strip().split(".")):
-        obj = getattr(obj, part)
-    return obj
 
 
 class Worker:
@@ -132,7 +123,7 @@ class Worker:
             self.send({"failed": f"no entry point {self.name!r} in group {group!r}"})
             return False
         try:
-            obj = _load_object(value)
+            obj = load_object(value)
             plugin = obj() if inspect.isclass(obj) else obj
         except DriverUnavailable as exc:
             self.send({"unavailable": str(exc)})
