@@ -146,3 +146,105 @@ def test_a_worker_that_exits_at_once_has_its_exit_reported(tmp_path):
             os.close(err_write)
 
     assert asyncio.run(scenario()) == 0
+
+
+def probe_site(tmp_path: Path) -> dict[str, str]:
+    """Two probe drivers installed in a site directory: the environment that finds them."""
+    site = tmp_path / "site"
+    for name in PROBES:
+        write_distribution(
+            site, f"devicehost-{name}", {"devicehost.drivers": {name: "testdrivers.probe:Probe"}}
+        )
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(Path(__file__).parent)])}
+
+
+def test_devicehost_run_takes_over_workers_the_zygote_started_at_its_fork(
+    tmp_path, plugin_dir, kubelet: KubeletStandIn
+):
+    """`devicehost run` forks the zygote with a plan: the zygote lists the drivers and
+    starts their workers before the host asks, and the host takes each over (and the
+    listing: it does not read the metadata again)."""
+    command = [
+        *(sys.executable, "-m", "devicehost.cli", "run", "--drivers", ",".join(PROBES)),
+        *("--plugin-dir", str(plugin_dir), "--root", str(tmp_path), "--log-level", "debug"),
+        *("--metrics-address", "", "--pod-resources-socket", ""),
+    ]
+    log = tmp_path / "devicehost.log"
+    with log.open("wb") as stderr:
+        host = subprocess.Popen(command, env=probe_site(tmp_path), stderr=stderr)
+    try:
+        for name in PROBES:
+            kubelet.wait_registered(f"test.example/{name}", timeout=30)
+        text = log.read_text()
+        assert "as the zygote listed them at its fork" in text, text
+        taken = re.findall(r"driver '(probe-.)': worker \(pid (\d+)\) started by the zygote", text)
+        assert sorted(name for name, _ in taken) == list(PROBES), text
+        zygotes = {parent_of(int(pid)) for _, pid in taken}
+        assert len(zygotes) == 1 and parent_of(zygotes.pop()) == host.pid
+        host.send_signal(signal.SIGTERM)
+        assert host.wait(timeout=10) == 0
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+
+
+PRESTART_SCENARIO = """
+import asyncio, logging, os, sys
+from devicehost.config import HostConfig
+from devicehost.drivers.early import start_workers
+from devicehost.drivers.plan import plan_workers
+from devicehost.drivers.zygote import Zygote
+
+logging.basicConfig(stream=sys.stdout, level=logging.DEBUG, format="%(message)s")
+host = HostConfig(enabled_drivers=("probe-a",), log_level="info")
+# The zygote plans with another installation's view: both probes, probe-a at another level.
+def plan():
+    planned, listing = plan_workers(HostConfig(log_level="info"), None)
+    for worker in planned:
+        if worker.name == "probe-a":
+            worker.argv[worker.argv.index("--log-level") + 1] = "debug"
+    return planned, listing
+
+async def main():
+    zygote = Zygote.fork(plan)
+    early = await start_workers(host, zygote)
+    worker = early.workers["probe-a"]
+    await worker.start(10)
+    print("probe-a answers", await worker.call("devicehost_resources", 10))
+    print("probe-a pid", worker.pid)
+    children = f"/proc/{zygote.pid}/task/{zygote.pid}/children"
+    for _ in range(500):  # the killed workers are reaped by the zygote
+        if open(children).read().split() == [str(worker.pid)]:
+            break
+        await asyncio.sleep(0.01)
+    print("zygote children", open(children).read().split())
+    await early.stop(1)
+    await zygote.close()
+
+asyncio.run(main())
+"""
+
+
+def test_a_prestarted_worker_the_host_does_not_list_is_stopped_and_replaced(tmp_path):
+    """A worker the zygote started for a driver the host does not start (not enabled), or
+    with other arguments than the host's (another installation), is stopped; the host
+    starts its own, which answers."""
+    done = subprocess.run(
+        [sys.executable, "-c", PRESTART_SCENARIO],
+        env=probe_site(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    replaced = re.search(
+        r"'probe-a': the worker the zygote started \(pid (\d+)\) is for another", out
+    )
+    unwanted = re.search(r"'probe-b': worker \(pid (\d+)\) not wanted; stopped", out)
+    assert replaced and unwanted, out
+    assert "probe-a answers [{'name': 'test.example/probe-a'" in out
+    own = re.search(r"probe-a pid (\d+)", out).group(1)  # type: ignore[union-attr]
+    assert own != replaced.group(1)
+    assert f"zygote children ['{own}']" in out  # both stopped while the zygote runs on

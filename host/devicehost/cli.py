@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
@@ -16,7 +15,7 @@ from devicehost.config import SETTINGS, HostConfig, load_config
 from devicehost.errors import ConfigError
 
 if TYPE_CHECKING:
-    from devicehost.drivers.zygote import Zygote
+    from devicehost.drivers.zygote import Planned, Zygote
     from devicehost.lifecycle import Host
 
 log = logging.getLogger("devicehost")
@@ -379,6 +378,8 @@ def _command(args: argparse.Namespace) -> int:
     try:
         if args.command == "run":
             return _run(config)
+        import asyncio  # after run's fork of the zygote: ``_run``
+
         if args.command == "config":
             import yaml
 
@@ -429,26 +430,42 @@ def _run(config: HostConfig) -> int:
     # Every file the daemon creates is private from birth: sockets are 0600 before the
     # chmod that makes sure of it (CDI specs are made readable explicitly).
     os.umask(0o077)
-    from devicehost.drivers.zygote import Zygote
+    import functools
 
+    from devicehost.drivers.zygote import Zygote
+    from devicehost.simulation import make_sim_root
+
+    # A profile may choose other drivers once the node's labels are known: no early start.
+    early = not config.profiles
+    sim_root = make_sim_root() if early and config.simulate else None
     try:
-        zygote = Zygote.fork()
+        zygote = Zygote.fork(functools.partial(_plan_workers, config, sim_root) if early else None)
     except OSError:  # no process to spare now: the first worker start spawns a fresh one
         zygote = Zygote()
     _setup_logging(config, config.log_level)
     # The span exporter and driver threads share the GIL with the request loop; a short
     # switch interval bounds how long a kubelet request can wait for it (default 5 ms).
     sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
-    asyncio.run(_serve(config, zygote))
+    import asyncio
+
+    asyncio.run(_serve(config, zygote, sim_root))
     return 0
 
 
-async def _serve(config: HostConfig, zygote: Zygote) -> None:
-    """Spawn the drivers' workers first, then import the host while they import drivers:
-    the two costs overlap instead of adding up at every start."""
+def _plan_workers(config: HostConfig, sim_root: Path | None) -> tuple[list[Planned], Any]:
+    """Run in the zygote, after the fork: the host does not import the plan (entry-point
+    metadata) before it has forked."""
+    from devicehost.drivers.plan import plan_workers
+
+    return plan_workers(config, sim_root)
+
+
+async def _serve(config: HostConfig, zygote: Zygote, sim_root: Path | None) -> None:
+    """Take over the drivers' workers the zygote started, then import the host while they
+    import drivers: the two costs overlap instead of adding up at every start."""
     from devicehost.drivers.early import start_workers
 
-    early = None if config.profiles else await start_workers(config, zygote)
+    early = None if config.profiles else await start_workers(config, zygote, sim_root)
     from devicehost.lifecycle import serve
 
     await serve(config, early=early, zygote=zygote)

@@ -31,7 +31,8 @@ from devicehost.cdi import CdiWriter
 from devicehost.compose import PolicyChain
 from devicehost.config import HostConfig
 from devicehost.drivers.discovery import DriverInfo, DriverStatus, PluginSet, load_plugins
-from devicehost.drivers.early import EarlyStart, first_calls
+from devicehost.drivers.early import EarlyStart
+from devicehost.drivers.plan import first_calls
 from devicehost.drivers.process import WorkerProcess
 from devicehost.drivers.scan import Scanner
 from devicehost.drivers.snapshots import ResourceState

@@ -2,27 +2,33 @@
 
 A worker needs a fork from the zygote and its driver's imports; the host needs gRPC and
 the rest of itself. Done one after the other, the two add up at every cold start.
-``devicehost run`` therefore lists the drivers and spawns their workers first (this module
-imports little), and sends each its first calls at once (simulate under ``--simulate``,
-configure, resources, notes, run in that order in the worker): the workers import their
-drivers and answer those while the host imports, and the bring-up takes the answers
-(``WorkerProcess.send_early``). The simulated tree is made here for the same reason; the
-host owns it from then on. The supervisor adopts each spawned worker for its first run.
+``devicehost run`` therefore forks the zygote with a plan (``plan_workers``) before it
+imports most of itself: the zygote lists the drivers from their metadata and forks their
+workers at once, each sent its first calls (simulate under ``--simulate``, configure,
+resources, notes, run in that order in the worker). The workers import their drivers and
+answer those on the CPU the host leaves idle while it imports; ``start_workers`` then
+takes them over (``WorkerProcess.adopt``), spawning any the zygote did not start, and the
+bring-up takes the answers. The simulated tree is made before the fork for the same
+reason; the host owns it from then on. The supervisor adopts each worker for its first run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from devicehost.config import HostConfig
-from devicehost.drivers.discovery import DRIVER_GROUP, PluginSet, load_plugins
+from devicehost.drivers.discovery import DRIVER_GROUP, DriverInfo, Listing, PluginSet, load_plugins
+from devicehost.drivers.plan import first_calls, worker_argv
 from devicehost.drivers.process import WorkerExited, WorkerProcess
-from devicehost.drivers.zygote import Zygote
+from devicehost.drivers.zygote import Prestarted, Zygote
 from devicehost.simulation import driver_root, make_sim_root
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -43,24 +49,42 @@ class EarlyStart:
             shutil.rmtree(self.sim_root, ignore_errors=True)
 
 
-async def start_workers(config: HostConfig, zygote: Zygote) -> EarlyStart:
-    """Discover the drivers ``config`` enables and spawn a worker for each (a worker that
-    cannot be spawned is left to its supervisor, which retries and reports it)."""
-    plugins = load_plugins(allow=config.enabled_drivers, deny=config.disabled_drivers)
-    early = EarlyStart(plugins, sim_root=make_sim_root() if config.simulate else None)
-    workers = {
-        info.name: WorkerProcess(
-            info.name,
-            info.distribution,
-            DRIVER_GROUP,
-            zygote,
-            on_notify=lambda resource: None,  # replaced when a driver handle adopts it
-            on_watch_error=lambda resource, message: None,
-            log_level=config.log_level,
-            entry_point=info.entry_point,
+#: How long the host waits for the zygote's prestarted workers (it started them ~100 ms
+#: before the host asks; a zygote that does not answer only costs the host this wait).
+PRESTART_WAIT_SECONDS = 2.0
+
+
+async def start_workers(
+    config: HostConfig, zygote: Zygote, sim_root: Path | None = None
+) -> EarlyStart:
+    """Discover the drivers ``config`` enables and take over or spawn a worker for each (a
+    worker that cannot be spawned is left to its supervisor, which retries and reports
+    it). ``sim_root``: the simulated tree, made before the zygote's fork (under
+    ``--simulate``; made here otherwise)."""
+    prestarted = await zygote.take_prestarted(PRESTART_WAIT_SECONDS)
+    listing = None
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        listing = Listing.from_plain(zygote.prestart_result)
+        log.debug("installed drivers and policies: as the zygote listed them at its fork")
+    plugins = load_plugins(config.enabled_drivers, config.disabled_drivers, listing)
+    if config.simulate and sim_root is None:
+        sim_root = make_sim_root()
+    early = EarlyStart(plugins, sim_root=sim_root)
+    infos = {info.name: info for info in plugins.drivers}
+    workers = {name: _new_worker(info, config, zygote) for name, info in infos.items()}
+    for name in list(workers):
+        ready = prestarted.pop(name, None)
+        if ready is None:
+            continue
+        if await _adopt(workers[name], ready, config, zygote):
+            early.workers[name] = workers.pop(name)
+        else:
+            workers[name] = _new_worker(infos[name], config, zygote)
+    for leftover in prestarted.values():  # a driver the host does not start: listing changed
+        log.debug(
+            "driver %r: worker (pid %d) not wanted; stopped", leftover.name, leftover.child.pid
         )
-        for info in plugins.drivers
-    }
+        zygote.discard(leftover)
     # Side by side: each spawn waits for the zygote to fork and answer (~5 ms on a busy
     # node); one after the other, those waits added up before the host could go on.
     spawned = await asyncio.gather(*(w.spawn() for w in workers.values()), return_exceptions=True)
@@ -76,23 +100,45 @@ async def start_workers(config: HostConfig, zygote: Zygote) -> EarlyStart:
     return early
 
 
-def first_calls(config: HostConfig, driver: str, root: Path) -> dict[str, dict[str, Any]]:
-    """The calls a driver's bring-up starts with, in order, with their arguments. Sent at
-    spawn here and made again by ``Host._bring_up``, which takes an early answer only when
-    the arguments are the same: both build them here."""
-    section = dict(config.driver_section(driver))
-    calls: dict[str, dict[str, Any]] = {}
-    if config.simulate:
-        calls["devicehost_simulate"] = {
-            "root": str(root),
-            "config": section,
-            "node": config.simulate_node,
-        }
-    calls["devicehost_configure"] = {
-        "config": section,
-        "root": str(root),
-        "simulated": config.simulate,
-    }
-    calls["devicehost_resources"] = {}
-    calls["devicehost_notes"] = {}
-    return calls
+def _new_worker(info: DriverInfo, config: HostConfig, zygote: Zygote) -> WorkerProcess:
+    return WorkerProcess(
+        info.name,
+        info.distribution,
+        DRIVER_GROUP,
+        zygote,
+        on_notify=lambda resource: None,  # replaced when a driver handle adopts it
+        on_watch_error=lambda resource, message: None,
+        log_level=config.log_level,
+        entry_point=info.entry_point,
+    )
+
+
+async def _adopt(
+    worker: WorkerProcess, ready: Prestarted, config: HostConfig, zygote: Zygote
+) -> bool:
+    """Take over the worker the zygote started for this driver, when it runs the same
+    driver the host lists; otherwise stop it (False: the caller starts a new one)."""
+    expected = worker_argv(
+        worker.driver, worker.distribution, DRIVER_GROUP, config.log_level, worker.entry_point
+    )
+    if ready.argv != expected:  # the installed drivers changed since the zygote looked
+        log.debug(
+            "driver %r: the worker the zygote started (pid %d) is for another installation; "
+            "stopped",
+            ready.name,
+            ready.child.pid,
+        )
+        zygote.discard(ready)
+        return False
+    try:
+        await worker.adopt(ready)
+    except OSError as exc:  # its channel is unusable (the fds belong to the worker object)
+        log.warning(
+            "driver %r: its worker cannot be taken over (%s); starting another", ready.name, exc
+        )
+        zygote.kill(ready.child.pid)
+        return False
+    log.debug(
+        "driver %r: worker (pid %d) started by the zygote at its fork", ready.name, ready.child.pid
+    )
+    return True

@@ -22,10 +22,10 @@ import socket
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from devicehost.drivers.plan import early_sequence, worker_argv, worker_environment
 from devicehost.drivers.protocol import HEADER, ProtocolError, body_length, decode, encode
-from devicehost.drivers.zygote import Child, Zygote, ZygoteError
+from devicehost.drivers.zygote import Child, Prestarted, Zygote, ZygoteError
 from devicehost.errors import DriverError, DriverTimeout, DriverUnavailable, RequestRefused
-from devicehost.subprocesses import host_environment
 
 log = logging.getLogger(__name__)
 _NONE: Any = object()  # no volunteered answer
@@ -126,14 +126,12 @@ class WorkerProcess:
             return
         parent, child = socket.socketpair()
         stderr_read, stderr_write = os.pipe()
-        argv = [
-            *("--group", self.group, "--name", self.driver),
-            *("--distribution", self.distribution, "--log-level", self.log_level),
-            *(("--entry-point", self.entry_point) if self.entry_point else ()),
-        ]
+        argv = worker_argv(
+            self.driver, self.distribution, self.group, self.log_level, self.entry_point
+        )
         try:
             self._child = await self.zygote.start(
-                argv, _worker_environment(self.driver), (child.fileno(), stderr_write)
+                argv, worker_environment(self.driver), (child.fileno(), stderr_write)
             )
         except ZygoteError as exc:
             parent.close()
@@ -142,6 +140,17 @@ class WorkerProcess:
         finally:
             child.close()
             os.close(stderr_write)
+        await self._connect(parent, stderr_read)
+
+    async def adopt(self, worker: Prestarted) -> None:
+        """Take over a worker the zygote started before the host asked (``Zygote.fork``'s
+        ``prestart``), with the early calls it was sent (as ``send_early`` would have)."""
+        self._child = worker.child
+        self._expect_early(worker.sequence, worker.then_enumerate)
+        await self._connect(socket.socket(fileno=worker.channel), worker.stderr)
+
+    async def _connect(self, parent: socket.socket, stderr_read: int) -> None:
+        assert self._child is not None
         self.pid = self._child.pid
         loop = asyncio.get_running_loop()
         stderr = self._stderr = asyncio.StreamReader(limit=1 << 20)
@@ -268,18 +277,23 @@ class WorkerProcess:
         takes that answer — only when every early answer was taken (a call asked again
         with other arguments, e.g. another config, makes them stale). A first snapshot a
         few ms old is safe: the host enumerates again as each watch starts."""
+        sequence = early_sequence(calls, self._ids)
+        self._expect_early(sequence, then_enumerate)
+        self._send({"sequence": sequence, "then_enumerate": then_enumerate})
+
+    def _expect_early(self, sequence: list[dict[str, Any]], then_enumerate: bool) -> None:
+        """Hold a place for each early call's answer (and the unasked enumerations)."""
         if then_enumerate:
             self._volunteering = asyncio.get_running_loop().create_future()
-        sequence = []
-        for hook, kwargs in calls.items():
-            call_id = next(self._ids)
+        for call in sequence:
+            call_id = int(call["call"])
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             future.add_done_callback(lambda f: f.cancelled() or f.exception())
             future.add_done_callback(functools.partial(self._forget, call_id))
             self._pending[call_id] = future
-            self._early[hook] = (kwargs, call_id, future)
-            sequence.append({"call": call_id, "hook": hook, "kwargs": kwargs})
-        self._send({"sequence": sequence, "then_enumerate": then_enumerate})
+            self._early[str(call["hook"])] = (call["kwargs"], call_id, future)
+        if sequence:  # asked calls are numbered after them (a prestarted worker's too)
+            self._ids = itertools.count(max(int(call["call"]) for call in sequence) + 1)
 
     def _forget(self, call_id: int, _: asyncio.Future[Any]) -> None:
         self._pending.pop(call_id, None)
@@ -451,11 +465,3 @@ def _level_of(line: str) -> int:
         "Traceback": logging.ERROR,
         "Fatal": logging.ERROR,
     }.get(word, logging.INFO)
-
-
-def _worker_environment(driver: str) -> dict[str, str]:
-    """The host's environment, with its import path (the worker finds the same drivers) and
-    ``DEVICEHOST_DRIVER_NAME``, the driver's entry-point name."""
-    env = host_environment(DEVICEHOST_DRIVER_NAME=driver)
-    env.setdefault("PYTHONFAULTHANDLER", "1")  # a segfault leaves a Python stack in the log
-    return env

@@ -18,6 +18,17 @@ end of its stderr pipe)::
                   {"kill": pid}                 SIGKILL, if that child still runs
   zygote → host:  {"spawned": n, "pid": pid} | {"failed": n, "message": text}
                   {"exited": pid, "code": code} as subprocess reports it (-N: signal N)
+                  {"prestarted": name, "pid": pid, "argv": [...], "sequence": [...]}
+                                                + 2 fds (the host's end of the worker's
+                                                channel, the read end of its stderr)
+                  {"prestart_done": [name, ...], "listing": {...}}
+
+Prestart: ``devicehost run`` forks the zygote before it imports most of itself, with a
+plan (``plan.plan_workers``) the zygote runs at once: it lists the drivers and forks their
+workers, sends each its first calls, and hands the host each worker's channel. The
+workers import their drivers on the CPU the host leaves idle while it imports (a cold
+start's first ~100 ms), instead of after it; the plan reads entry-point metadata only and
+never imports a driver or policy in the zygote.
 
 The zygote reaps its children and reports each exit, so the host learns a worker's exit
 status although the worker is not its own child; kills go through the zygote, which knows
@@ -29,7 +40,6 @@ the next start gets a fresh zygote.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import json
@@ -43,8 +53,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from devicehost.drivers.protocol import encode
+
+if TYPE_CHECKING:  # asyncio is imported where it runs: ``devicehost run`` forks the zygote
+    import asyncio  # before it has imported asyncio (~20 ms), so the zygote starts sooner
 from devicehost.subprocesses import (
     die_with_parent,
     host_environment,
@@ -73,6 +87,30 @@ class Child:
     exit: asyncio.Future[int]
 
 
+@dataclass
+class Planned:
+    """A worker the zygote starts at its fork: its arguments, environment, first calls."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    sequence: list[dict[str, Any]]
+
+
+@dataclass
+class Prestarted:
+    """A worker the zygote started at its fork, for the host to take over
+    (``WorkerProcess.adopt``): its channel and stderr fds, and the calls it was sent."""
+
+    name: str
+    child: Child
+    argv: list[str]
+    channel: int
+    stderr: int
+    sequence: list[dict[str, Any]]
+    then_enumerate: bool = True
+
+
 # -- the host's side ---------------------------------------------------------------------
 
 
@@ -90,18 +128,29 @@ class Zygote:
     """Starts workers through a zygote process; a zygote that died is replaced by a fresh
     interpreter at the next start."""
 
-    def __init__(self, process: _Process | None = None) -> None:
+    def __init__(self, process: _Process | None = None, prestarting: bool = False) -> None:
         self._process = process
         self._ids = itertools.count(1)
         self._starting: dict[int, asyncio.Future[Child]] = {}
         self._children: dict[int, Child] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: the zygote was forked with a plan and its workers are not taken over yet
+        self._prestarting = prestarting
+        self._prestarted: dict[str, Prestarted] = {}
+        self._prestart_done = False
+        self._prestart_event: asyncio.Event | None = None
+        #: what the plan returned beside the workers (plain data), once done
+        self.prestart_result: Any = None
 
     @classmethod
-    def fork(cls) -> Zygote:
+    def fork(cls, prestart: Callable[[], tuple[list[Planned], Any]] | None = None) -> Zygote:
         """Fork the zygote from this process, which must not have started a thread (nor
         imported gRPC): ``devicehost run`` calls this first. A process that already runs
-        threads gets a zygote that starts as a fresh interpreter instead."""
+        threads gets a zygote that starts as a fresh interpreter instead (and no prestart).
+
+        ``prestart``: run in the zygote at once; it starts the workers it returns before
+        the host asks (``take_prestarted``), and hands the host its other result (plain
+        data, ``prestart_result``)."""
         if threading.active_count() > 1 or "grpc" in sys.modules:
             return cls()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -110,7 +159,7 @@ class Zygote:
             code = 0
             try:
                 ours.close()
-                serve(theirs)
+                serve(theirs, prestart)
             except BaseException:
                 code = 1
                 with contextlib.suppress(BaseException):
@@ -118,7 +167,7 @@ class Zygote:
             finally:
                 os._exit(code)
         theirs.close()
-        return cls(_Process(ours, pid, _waitpid_poll(pid)))
+        return cls(_Process(ours, pid, _waitpid_poll(pid)), prestarting=prestart is not None)
 
     @staticmethod
     def _spawn() -> _Process:
@@ -131,6 +180,8 @@ class Zygote:
         return self._process.pid if self._process and not self._process.gone else None
 
     def _attach(self) -> _Process:
+        import asyncio
+
         loop = asyncio.get_running_loop()
         if self._process is None or self._process.gone:
             self._process = self._spawn()
@@ -145,6 +196,8 @@ class Zygote:
     async def start(self, argv: Sequence[str], env: dict[str, str], fds: Sequence[int]) -> Child:
         """Fork a worker running ``python -m devicehost.drivers.worker <argv>`` with ``env``;
         ``fds`` (its channel, its stderr) are passed to it. Raises ``ZygoteError``."""
+        import asyncio
+
         process = self._attach()
         request = next(self._ids)
         started: asyncio.Future[Child] = asyncio.get_running_loop().create_future()
@@ -166,24 +219,77 @@ class Zygote:
         with contextlib.suppress(OSError):
             process.control.send(json.dumps({"kill": pid}).encode())
 
+    async def take_prestarted(self, timeout: float) -> dict[str, Prestarted]:
+        """The workers the zygote started at its fork, by driver name, once it has started
+        them all (waiting at most ``timeout``); the caller owns them from here. Empty when
+        the zygote was not forked with a plan, or has been asked before."""
+        import asyncio
+
+        if not self._prestarting:
+            return {}
+        self._attach()
+        self._prestart_event = asyncio.Event()
+        if not self._prestart_done:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._prestart_event.wait()
+        self._prestarting = False  # any that still arrives is stopped (``_dispatch``)
+        taken, self._prestarted = self._prestarted, {}
+        return taken
+
+    def discard(self, worker: Prestarted) -> None:
+        """A prestarted worker nobody takes over: close its fds and kill it."""
+        for fd in (worker.channel, worker.stderr):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.kill(worker.child.pid)
+
     def _on_readable(self, process: _Process) -> None:
         while True:
             try:
-                data = process.control.recv(MAX_DATAGRAM)
+                data, fds, _, _ = socket.recv_fds(process.control, MAX_DATAGRAM, 2)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
-                data = b""
+                data, fds = b"", []
             if not data:
                 self._lost(process)
                 return
             try:
                 message = json.loads(data)
             except ValueError:
+                message = {}
+            if "prestarted" in message and len(fds) == 2:
+                self._prestarted_one(message, fds)
                 continue
+            for fd in fds:
+                os.close(fd)
             self._dispatch(message)
 
+    def _prestarted_one(self, message: dict[str, Any], fds: list[int]) -> None:
+        assert self._loop is not None
+        child = Child(int(message["pid"]), self._loop.create_future())
+        self._children[child.pid] = child
+        worker = Prestarted(
+            str(message["prestarted"]),
+            child,
+            [str(a) for a in message.get("argv", [])],
+            fds[0],
+            fds[1],
+            list(message.get("sequence", [])),
+        )
+        if self._prestarting:
+            self._prestarted[worker.name] = worker
+        else:  # arrived after the host stopped waiting: it started its own
+            self.discard(worker)
+
     def _dispatch(self, message: dict[str, Any]) -> None:
+        if "prestart_done" in message:
+            self.prestart_result = message.get("result")
+            self._prestart_done = True
+            if self._prestart_event is not None:
+                self._prestart_event.set()
+            return
         if "exited" in message:
             child = self._children.pop(int(message["exited"]), None)
             if child is not None and not child.exit.done():
@@ -215,6 +321,14 @@ class Zygote:
                 "killed with it and start again from a fresh one",
                 process.pid,
             )
+        self._prestart_done = True
+        if self._prestart_event is not None:
+            self._prestart_event.set()
+        for worker in self._prestarted.values():
+            for fd in (worker.channel, worker.stderr):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._prestarted.clear()
         for started in self._starting.values():
             if not started.done():
                 started.set_exception(ZygoteError(f"the zygote (pid {process.pid}) died"))
@@ -225,6 +339,8 @@ class Zygote:
 
     async def close(self) -> None:
         """End the zygote: it kills the workers still running and exits."""
+        import asyncio
+
         process, self._process = self._process, None
         if process is None or process.gone:
             return
@@ -262,6 +378,8 @@ def _waitpid_poll(pid: int) -> Callable[[], int | None]:
 
 def _reap_later(process: _Process, tries: int = 200) -> None:
     """Collect a dead zygote's exit status (it may not be a zombie yet when EOF arrives)."""
+    import asyncio
+
     if process.poll() is None and tries:
         with contextlib.suppress(RuntimeError):
             asyncio.get_running_loop().call_later(0.01, _reap_later, process, tries - 1)
@@ -270,8 +388,11 @@ def _reap_later(process: _Process, tries: int = 200) -> None:
 # -- the zygote's side -------------------------------------------------------------------
 
 
-def serve(control: socket.socket) -> None:
-    """Fork workers on request until the host closes the channel; then kill them and return."""
+def serve(
+    control: socket.socket, prestart: Callable[[], tuple[list[Planned], Any]] | None = None
+) -> None:
+    """Start the planned workers (``prestart``), then fork workers on request until the
+    host closes the channel; then kill them and return."""
     die_with_parent()
     name_process("dh-zygote")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the host decides when workers stop
@@ -304,24 +425,61 @@ def serve(control: socket.socket) -> None:
             children.discard(pid)
             reply({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
 
-    def start(message: dict[str, Any], fds: list[int]) -> None:
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            reply({"failed": message["spawn"], "message": f"fork failed: {exc}"})
-            return
+    def fork_worker(
+        argv: list[str], env: dict[str, str], fds: list[int], not_theirs: Sequence[int] = ()
+    ) -> int:
+        pid = os.fork()
         if pid == 0:  # the worker
             try:
                 selector.close()
                 signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                for fd in (control.fileno(), wake_read, wake_write):
+                for fd in (control.fileno(), wake_read, wake_write, *not_theirs):
                     os.close(fd)
-                become_worker(worker.main, message["argv"], message["env"], fds)
+                become_worker(worker.main, argv, env, fds)
             finally:
                 os._exit(BROKEN_CHILD)
         children.add(pid)
+        return pid
+
+    def start(message: dict[str, Any], fds: list[int]) -> None:
+        try:
+            pid = fork_worker(message["argv"], message["env"], fds)
+        except OSError as exc:
+            reply({"failed": message["spawn"], "message": f"fork failed: {exc}"})
+            return
         reply({"spawned": message["spawn"], "pid": pid})
+
+    def prestart_one(planned: Planned) -> bool:
+        ours, theirs = socket.socketpair()
+        stderr_read, stderr_write = os.pipe()
+        try:
+            pid = fork_worker(
+                planned.argv,
+                planned.env,
+                [theirs.fileno(), stderr_write],
+                not_theirs=(ours.fileno(), stderr_read),
+            )
+            ours.sendall(encode({"sequence": planned.sequence, "then_enumerate": True}))
+            message = {"prestarted": planned.name, "pid": pid, "argv": planned.argv}
+            message["sequence"] = planned.sequence
+            socket.send_fds(control, [json.dumps(message).encode()], [ours.fileno(), stderr_read])
+            return True
+        except OSError:
+            return False  # the host starts it itself
+        finally:
+            ours.close()
+            theirs.close()
+            os.close(stderr_read)
+            os.close(stderr_write)
+
+    if prestart is not None:
+        try:
+            planned, result = prestart()
+        except Exception:  # the host lists the drivers again, and says what is wrong
+            planned, result = [], None
+        started = [p.name for p in planned if prestart_one(p)]
+        reply({"prestart_done": started, "result": result})
 
     while True:
         for key, _ in selector.select():
