@@ -8,36 +8,76 @@ device names as people do (``gpu-2`` before ``gpu-10``). Everything else is the
 host's business. The testing kit is ``devicehost.testing``.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from devicehost.errors import (
-    ConfigError,
-    DevicehostError,
-    DriverError,
-    DriverTimeout,
-    DriverUnavailable,
-    RequestRefused,
-    UnknownDevice,
-)
-from devicehost.hookspecs import hookimpl
-from devicehost.kubelet.preferred import natural_key
-from devicehost.model import (
-    Allocation,
-    ContainerEdits,
-    Device,
-    DeviceNode,
-    Health,
-    HostPath,
-    Mount,
-    ResourceSpec,
-)
+if TYPE_CHECKING:
+    from devicehost.errors import (
+        ConfigError,
+        DevicehostError,
+        DriverError,
+        DriverTimeout,
+        DriverUnavailable,
+        RequestRefused,
+        UnknownDevice,
+    )
+    from devicehost.hookspecs import hookimpl
+    from devicehost.kubelet.preferred import natural_key
+    from devicehost.model import (
+        Allocation,
+        ContainerEdits,
+        Device,
+        DeviceNode,
+        Health,
+        HostPath,
+        Mount,
+        ResourceSpec,
+    )
 
 __version__: str  # set by __getattr__ on first use
 
+#: Where each public name lives. They are imported on first use: ``devicehost run`` forks
+#: its zygote right after reading its config, and importing the package must not delay
+#: that fork by pluggy's and the model's imports (~25 ms), which it needs only later.
+_PUBLIC = {
+    **dict.fromkeys(
+        (
+            "ConfigError",
+            "DevicehostError",
+            "DriverError",
+            "DriverTimeout",
+            "DriverUnavailable",
+            "RequestRefused",
+            "UnknownDevice",
+        ),
+        "devicehost.errors",
+    ),
+    "hookimpl": "devicehost.hookspecs",
+    "natural_key": "devicehost.kubelet.preferred",
+    **dict.fromkeys(
+        (
+            "Allocation",
+            "ContainerEdits",
+            "Device",
+            "DeviceNode",
+            "Health",
+            "HostPath",
+            "Mount",
+            "ResourceSpec",
+        ),
+        "devicehost.model",
+    ),
+}
+
 
 def __getattr__(name: str) -> Any:
-    """``__version__`` is read from the installed metadata on first use: a driver's worker
-    process imports this package and never needs it."""
+    """The public names, imported on first use; ``__version__`` is read from the installed
+    metadata on first use (a driver's worker process never needs it)."""
+    if name in _PUBLIC:
+        import importlib
+
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+        globals()[name] = value
+        return value
     if name != "__version__":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from importlib_metadata import PackageNotFoundError, version
