@@ -199,15 +199,18 @@ from devicehost.drivers.zygote import Zygote
 logging.basicConfig(stream=sys.stdout, level=logging.DEBUG, format="%(message)s")
 host = HostConfig(enabled_drivers=("probe-a",), log_level="info")
 # The zygote plans with another installation's view: both probes, probe-a at another level.
-def plan():
-    planned, listing = plan_workers(HostConfig(log_level="info"), None)
-    for worker in planned:
-        if worker.name == "probe-a":
-            worker.argv[worker.argv.index("--log-level") + 1] = "debug"
-    return planned, listing
+def prestart():
+    plan = plan_workers(HostConfig(log_level="info"), None)
+    def altered():
+        planned, listing = plan()
+        for worker in planned:
+            if worker.name == "probe-a":
+                worker.argv[worker.argv.index("--log-level") + 1] = "debug"
+        return planned, listing
+    return altered
 
 async def main():
-    zygote = Zygote.fork(plan)
+    zygote = Zygote.fork(prestart)
     early = await start_workers(host, zygote)
     worker = early.workers["probe-a"]
     await worker.start(10)

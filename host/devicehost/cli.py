@@ -15,7 +15,8 @@ from devicehost.config import SETTINGS, HostConfig, load_config
 from devicehost.errors import ConfigError
 
 if TYPE_CHECKING:
-    from devicehost.drivers.zygote import Planned, Zygote
+    from devicehost.drivers.plan import Plan
+    from devicehost.drivers.zygote import Zygote
     from devicehost.lifecycle import Host
 
 log = logging.getLogger("devicehost")
@@ -452,7 +453,7 @@ def _run(config: HostConfig) -> int:
     return 0
 
 
-def _plan_workers(config: HostConfig, sim_root: Path | None) -> tuple[list[Planned], Any]:
+def _plan_workers(config: HostConfig, sim_root: Path | None) -> Plan:
     """Run in the zygote, after the fork: the host does not import the plan (entry-point
     metadata) before it has forked."""
     from devicehost.drivers.plan import plan_workers
@@ -461,13 +462,13 @@ def _plan_workers(config: HostConfig, sim_root: Path | None) -> tuple[list[Plann
 
 
 async def _serve(config: HostConfig, zygote: Zygote, sim_root: Path | None) -> None:
-    """Take over the drivers' workers the zygote started, then import the host while they
-    import drivers: the two costs overlap instead of adding up at every start."""
+    """Import the host while the zygote lists the drivers and their workers import them
+    (the two costs overlap instead of adding up at every start), then take the workers
+    over: their first calls have been running meanwhile."""
     from devicehost.drivers.early import start_workers
-
-    early = None if config.profiles else await start_workers(config, zygote, sim_root)
     from devicehost.lifecycle import serve
 
+    early = None if config.profiles else await start_workers(config, zygote, sim_root)
     await serve(config, early=early, zygote=zygote)
 
 

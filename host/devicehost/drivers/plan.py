@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,27 +67,38 @@ def first_calls(config: HostConfig, driver: str, root: Path) -> dict[str, dict[s
     return calls
 
 
-def plan_workers(config: HostConfig, sim_root: Path | None) -> tuple[list[Planned], Any]:
-    """Run in the zygote at its fork: the workers ``start_workers`` would spawn, with the
-    first calls it would send, and the installed entry points (plain) for the host, which
-    then need not read them again. Reads metadata only, never imports a driver."""
-    listing = _read_listing_in_a_child()
-    planned = []
-    allow, deny = config.enabled_drivers, config.disabled_drivers
-    for info in drivers_to_start(listing, allow=allow, deny=deny):
-        root = driver_root(sim_root, config.root, info.name)
-        argv = worker_argv(
-            info.name, info.distribution, DRIVER_GROUP, config.log_level, info.entry_point
-        )
-        calls = first_calls(config, info.name, root)
-        sequence = early_sequence(calls, itertools.count(1))
-        planned.append(Planned(info.name, argv, worker_environment(info.name), sequence))
-    return planned, listing.to_plain()
+Plan = Callable[[], tuple[list[Planned], Any]]
 
 
-def _read_listing_in_a_child() -> Listing:
-    """The installed entry points, read by a short-lived child: the zygote, and every
-    worker forked from it, then never carry the metadata reader (a driver never needs it)."""
+def plan_workers(config: HostConfig, sim_root: Path | None) -> Plan:
+    """Run in the zygote at its fork, in two steps. This call starts reading the installed
+    entry points, in a child, while the zygote imports the worker's code; the function it
+    returns waits for them and gives the workers ``start_workers`` would spawn, with the
+    first calls it would send, and the listing (plain) for the host, which then need not
+    read the metadata again. Reads metadata only, never imports a driver."""
+    reading = _read_listing_in_a_child()
+
+    def plan() -> tuple[list[Planned], Any]:
+        listing = reading()
+        planned = []
+        allow, deny = config.enabled_drivers, config.disabled_drivers
+        for info in drivers_to_start(listing, allow=allow, deny=deny):
+            root = driver_root(sim_root, config.root, info.name)
+            argv = worker_argv(
+                info.name, info.distribution, DRIVER_GROUP, config.log_level, info.entry_point
+            )
+            calls = first_calls(config, info.name, root)
+            sequence = early_sequence(calls, itertools.count(1))
+            planned.append(Planned(info.name, argv, worker_environment(info.name), sequence))
+        return planned, listing.to_plain()
+
+    return plan
+
+
+def _read_listing_in_a_child() -> Callable[[], Listing]:
+    """Start reading the installed entry points in a short-lived child (the zygote, and
+    every worker forked from it, then never carry the metadata reader: a driver never needs
+    it); the function returned waits for the listing."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -100,7 +111,11 @@ def _read_listing_in_a_child() -> Listing:
         finally:
             os._exit(code)
     os.close(write)
-    with os.fdopen(read, "rb") as result:
-        data = result.read()
-    os.waitpid(pid, 0)
-    return Listing.from_plain(json.loads(data))
+
+    def listing() -> Listing:
+        with os.fdopen(read, "rb") as result:
+            data = result.read()
+        os.waitpid(pid, 0)
+        return Listing.from_plain(json.loads(data))
+
+    return listing

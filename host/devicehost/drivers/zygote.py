@@ -97,6 +97,11 @@ class Planned:
     sequence: list[dict[str, Any]]
 
 
+#: Called in the zygote at its fork; returns the plan, called once the worker's code is
+#: imported: the workers to start and a plain result for the host.
+Prestart = Callable[[], Callable[[], tuple[list[Planned], Any]]]
+
+
 @dataclass
 class Prestarted:
     """A worker the zygote started at its fork, for the host to take over
@@ -143,14 +148,15 @@ class Zygote:
         self.prestart_result: Any = None
 
     @classmethod
-    def fork(cls, prestart: Callable[[], tuple[list[Planned], Any]] | None = None) -> Zygote:
+    def fork(cls, prestart: Prestart | None = None) -> Zygote:
         """Fork the zygote from this process, which must not have started a thread (nor
         imported gRPC): ``devicehost run`` calls this first. A process that already runs
         threads gets a zygote that starts as a fresh interpreter instead (and no prestart).
 
-        ``prestart``: run in the zygote at once; it starts the workers it returns before
-        the host asks (``take_prestarted``), and hands the host its other result (plain
-        data, ``prestart_result``)."""
+        ``prestart``: called in the zygote at once (before it imports the worker's code),
+        it returns the plan, called once that code is imported: the zygote starts the
+        workers the plan returns before the host asks (``take_prestarted``) and hands the
+        host its other result (plain data, ``prestart_result``)."""
         if threading.active_count() > 1 or "grpc" in sys.modules:
             return cls()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -388,15 +394,17 @@ def _reap_later(process: _Process, tries: int = 200) -> None:
 # -- the zygote's side -------------------------------------------------------------------
 
 
-def serve(
-    control: socket.socket, prestart: Callable[[], tuple[list[Planned], Any]] | None = None
-) -> None:
+def serve(control: socket.socket, prestart: Prestart | None = None) -> None:
     """Start the planned workers (``prestart``), then fork workers on request until the
     host closes the channel; then kill them and return."""
     die_with_parent()
     name_process("dh-zygote")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the host decides when workers stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    plan = None
+    if prestart is not None:
+        with contextlib.suppress(Exception):  # no plan: the host starts the workers itself
+            plan = prestart()
     from devicehost.drivers import worker  # every worker's code, imported once for all
 
     wake_read, wake_write = os.pipe()
@@ -475,7 +483,7 @@ def serve(
 
     if prestart is not None:
         try:
-            planned, result = prestart()
+            planned, result = plan() if plan else ([], None)
         except Exception:  # the host lists the drivers again, and says what is wrong
             planned, result = [], None
         started = [p.name for p in planned if prestart_one(p)]
