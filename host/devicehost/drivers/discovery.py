@@ -19,12 +19,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import pluggy
     from importlib_metadata import EntryPoint
 
-import pluggy
-
-from devicehost import hookspecs
-from devicehost.drivers.plugin_manager import new_plugin_manager, register
 from devicehost.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -176,6 +173,8 @@ def load_plugins(
     installed entry points when already read (by the zygote); read here otherwise.
     """
     listing = listing or read_listing()
+    from devicehost.drivers.plugin_manager import new_plugin_manager  # pluggy: not to list
+
     plugins = PluginSet(new_plugin_manager())
     plugins.drivers, plugins.infos = _list_drivers(listing.drivers, allow, deny)
     _load_policies(plugins, listing.policies)
@@ -244,6 +243,9 @@ def load_object(value: str) -> Any:
 
 def _load_policies(plugins: PluginSet, policies: list[Listed]) -> None:
     """Policy plugins may only wrap hooks: they shape every driver's answer, never give one."""
+    from devicehost import hookspecs
+    from devicehost.drivers.plugin_manager import register
+
     for ep in policies:
         dist, version = ep.distribution, ep.version
         info = DriverInfo(

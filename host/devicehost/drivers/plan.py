@@ -12,10 +12,12 @@ import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from devicehost.config import HostConfig
-from devicehost.drivers.discovery import DRIVER_GROUP, Listing, drivers_to_start, read_listing
+
+if TYPE_CHECKING:
+    from devicehost.drivers.discovery import Listing
 from devicehost.drivers.zygote import Planned
 from devicehost.simulation import driver_root
 from devicehost.subprocesses import host_environment
@@ -79,6 +81,8 @@ def plan_workers(config: HostConfig, sim_root: Path | None) -> Plan:
     reading = _read_listing_in_a_child()
 
     def plan() -> tuple[list[Planned], Any]:
+        from devicehost.drivers.discovery import DRIVER_GROUP, drivers_to_start
+
         listing = reading()
         planned = []
         allow, deny = config.enabled_drivers, config.disabled_drivers
@@ -100,10 +104,12 @@ def _read_listing_in_a_child() -> Callable[[], Listing]:
     every worker forked from it, then never carry the metadata reader: a driver never needs
     it); the function returned waits for the listing."""
     read, write = os.pipe()
-    pid = os.fork()
+    pid = os.fork()  # before discovery is imported (~6 ms): the child reads meanwhile
     if pid == 0:
         code = 1
         try:
+            from devicehost.drivers.discovery import read_listing
+
             os.close(read)
             with os.fdopen(write, "wb") as out:
                 out.write(json.dumps(read_listing().to_plain()).encode())
@@ -113,6 +119,8 @@ def _read_listing_in_a_child() -> Callable[[], Listing]:
     os.close(write)
 
     def listing() -> Listing:
+        from devicehost.drivers.discovery import Listing
+
         with os.fdopen(read, "rb") as result:
             data = result.read()
         os.waitpid(pid, 0)

@@ -45,7 +45,6 @@ import itertools
 import json
 import logging
 import os
-import selectors
 import signal
 import socket
 import sys
@@ -55,16 +54,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from devicehost.drivers.protocol import encode
-
-if TYPE_CHECKING:  # asyncio is imported where it runs: ``devicehost run`` forks the zygote
-    import asyncio  # before it has imported asyncio (~20 ms), so the zygote starts sooner
-from devicehost.subprocesses import (
-    die_with_parent,
-    host_environment,
-    name_process,
-    start_helper,
-)
+# asyncio, and what only one side uses (the selector, ctypes and subprocess, the worker
+# protocol), are imported where they run: ``devicehost run`` forks the zygote before it
+# has imported them (~25 ms), so the zygote and its workers start sooner.
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +171,8 @@ class Zygote:
 
     @staticmethod
     def _spawn() -> _Process:
+        from devicehost.subprocesses import host_environment, start_helper
+
         ours, popen = start_helper(__name__, host_environment())
         return _Process(ours, popen.pid, popen.poll)
 
@@ -397,6 +393,11 @@ def _reap_later(process: _Process, tries: int = 200) -> None:
 def serve(control: socket.socket, prestart: Prestart | None = None) -> None:
     """Start the planned workers (``prestart``), then fork workers on request until the
     host closes the channel; then kill them and return."""
+    import selectors
+
+    from devicehost.drivers.protocol import encode
+    from devicehost.subprocesses import die_with_parent, name_process
+
     die_with_parent()
     name_process("dh-zygote")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the host decides when workers stop
