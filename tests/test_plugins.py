@@ -221,3 +221,19 @@ def test_the_host_reads_no_package_metadata_with_tracing_off():
         "Telemetry.from_config(HostConfig())"
     )
     assert "email.parser" not in loaded
+
+
+def test_a_host_with_the_default_config_loads_only_what_it_uses():
+    """A host built with CDI and node labels off, and handed the zygote's listing, loads
+    neither those modules nor the metadata reader: each would only lengthen every start."""
+    loaded, _ = modules_after(
+        "import asyncio\n"
+        "from devicehost.config import HostConfig\n"
+        "from devicehost.drivers.discovery import Listing, load_plugins\n"
+        "from devicehost.lifecycle import Host\n"
+        "async def build():\n"
+        "    Host(HostConfig(metrics_address='', pod_resources_socket=''))\n"
+        "    load_plugins(listing=Listing())\n"
+        "asyncio.run(build())"
+    )
+    assert not loaded & {"devicehost.cdi", "devicehost.features", "importlib_metadata"}

@@ -24,10 +24,9 @@ import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from devicehost import profiles
-from devicehost.cdi import CdiWriter
 from devicehost.compose import PolicyChain
 from devicehost.config import HostConfig
 from devicehost.drivers.discovery import DriverInfo, DriverStatus, PluginSet, load_plugins
@@ -39,7 +38,6 @@ from devicehost.drivers.snapshots import ResourceState
 from devicehost.drivers.supervisor import STOP_GRACE_SECONDS, DriverFinal, DriverHandle
 from devicehost.drivers.zygote import Zygote
 from devicehost.errors import ConfigError, DriverError
-from devicehost.features import NodeLabels
 from devicehost.kubelet.restart_watch import DirectoryWatcher, file_identity
 from devicehost.kubelet.runner import ResourceRunner
 from devicehost.kubelet.servicer import DevicePluginServicer
@@ -50,6 +48,10 @@ from devicehost.telemetry.metrics import Gauge
 from devicehost.telemetry.pods import PodLookup
 from devicehost.telemetry.status_server import StatusServer
 from devicehost.validation import notes_from_plain, resources_from_plain
+
+if TYPE_CHECKING:
+    from devicehost.cdi import CdiWriter
+    from devicehost.features import NodeLabels
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +107,11 @@ class Host:
         self.watcher = DirectoryWatcher(config.plugin_dir)
         self.status_server: StatusServer | None = None
         self.policies: PolicyChain | None = None
-        self.node_labels = (
-            NodeLabels(config.feature_file, config.hook_timeout) if config.feature_file else None
-        )
+        self.node_labels: NodeLabels | None = None
+        if config.feature_file:  # these two are off unless configured: imported only then
+            from devicehost.features import NodeLabels
+
+            self.node_labels = NodeLabels(config.feature_file, config.hook_timeout)
         self._serving = False
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -118,7 +122,11 @@ class Host:
         self._sim_root: Path | None = None
         if early is not None:
             self._sim_root, early.sim_root = early.sim_root, None
-        self.cdi = CdiWriter(config.cdi_dir, config.cdi_drivers) if config.cdi_enabled else None
+        self.cdi: CdiWriter | None = None
+        if config.cdi_enabled:
+            from devicehost.cdi import CdiWriter
+
+            self.cdi = CdiWriter(config.cdi_dir, config.cdi_drivers)
         self._lock_fd: int | None = None
         metrics = self.telemetry.metrics
         metrics.add_gauge(
@@ -626,6 +634,8 @@ async def serve(
 
 async def _probe_labels(config: HostConfig) -> dict[str, str]:
     """The drivers' labels under ``config``, from a host that is stopped again at once."""
+    from devicehost.features import NodeLabels
+
     probe = Host(config, telemetry=Telemetry())
     try:
         await probe.prepare()

@@ -17,7 +17,6 @@ import grpc
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from devicehost.cdi import CdiUnavailable, CdiWriter
 from devicehost.compose import CompositionClash, PolicyChain, compose
 from devicehost.drivers.snapshots import ResourceState
 from devicehost.errors import DriverError, DriverTimeout, RequestRefused
@@ -30,6 +29,8 @@ from devicehost.validation import Invalid, edits_from_plain
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
+
+    from devicehost.cdi import CdiWriter
 
 log = logging.getLogger(__name__)
 
@@ -315,6 +316,8 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             log.error("%s", message)
             raise Refusal(grpc.StatusCode.INTERNAL, message[:MAX_MESSAGE]) from clash
         if self.cdi is not None:  # the runtime applies the declared edits from the spec
+            from devicehost.cdi import CdiUnavailable  # CDI is off unless configured
+
             try:
                 edits = self.cdi.allocation(self.spec, self.state.devices, device_ids, edits)
             except CdiUnavailable as exc:
