@@ -364,6 +364,25 @@ def test_simulated_tree_is_removed_on_exit_and_a_crashed_runs_is_swept(
                 process.wait()
 
 
+def test_a_simulated_run_that_fails_at_start_leaves_no_tree(tmp_path, plugin_dir):
+    """The simulated tree is made before the drivers are listed (the zygote's workers
+    build in it): a run that then stops on a config error removes it too."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    run = run_scripted(
+        tmp_path,
+        plugin_dir,
+        RES,
+        2,
+        extra_args=["--simulate", "--drivers", "alpah"],
+        env={"TMPDIR": str(tmp)},
+    )
+    _, stderr = run.communicate(timeout=30)
+    assert run.returncode == 2, stderr.decode()
+    assert "no installed driver is named 'alpah'" in stderr.decode()
+    assert sim_trees(tmp) == []
+
+
 def test_simulated_trees_go_to_memory_unless_tmpdir_says_otherwise(tmp_path, monkeypatch):
     """A simulated node is hundreds of small files: they go to /dev/shm when it is
     writable, and to $TMPDIR whenever that is set."""

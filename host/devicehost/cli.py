@@ -449,7 +449,13 @@ def _run(config: HostConfig) -> int:
     sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     import asyncio
 
-    asyncio.run(_serve(config, zygote, sim_root))
+    try:
+        asyncio.run(_serve(config, zygote, sim_root))
+    finally:
+        if sim_root is not None:  # the host removes it when it stops; not if it never ran
+            import shutil
+
+            shutil.rmtree(sim_root, ignore_errors=True)
     return 0
 
 

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devicehost.config import HostConfig
-
-if TYPE_CHECKING:
-    from devicehost.drivers.discovery import Listing
 from devicehost.drivers.zygote import Planned
 from devicehost.simulation import driver_root
 from devicehost.subprocesses import host_environment
+
+if TYPE_CHECKING:  # discovery is imported after the listing child is forked (below)
+    from devicehost.drivers.discovery import Listing
 
 
 def early_sequence(calls: Mapping[str, dict[str, Any]], ids: Iterator[int]) -> list[dict[str, Any]]:

@@ -21,14 +21,15 @@ end of its stderr pipe)::
                   {"prestarted": name, "pid": pid, "argv": [...], "sequence": [...]}
                                                 + 2 fds (the host's end of the worker's
                                                 channel, the read end of its stderr)
-                  {"prestart_done": [name, ...], "listing": {...}}
+                  {"prestart_done": [name, ...], "result": the plan's plain result}
 
 Prestart: ``devicehost run`` forks the zygote before it imports most of itself, with a
-plan (``plan.plan_workers``) the zygote runs at once: it lists the drivers and forks their
-workers, sends each its first calls, and hands the host each worker's channel. The
-workers import their drivers on the CPU the host leaves idle while it imports (a cold
-start's first ~100 ms), instead of after it; the plan reads entry-point metadata only and
-never imports a driver or policy in the zygote.
+plan (``plan.plan_workers``) the zygote runs at once: it lists the installed drivers (in a
+child of its own), forks a worker per enabled driver, writes each its first calls, and
+hands the host each worker's channel and the listing. The workers import their drivers on
+the CPU the host leaves idle while it imports (a cold start's first ~100 ms), instead of
+after it; the plan reads entry-point metadata only and never imports a driver or policy
+in the zygote.
 
 The zygote reaps its children and reports each exit, so the host learns a worker's exit
 status although the worker is not its own child; kills go through the zygote, which knows
