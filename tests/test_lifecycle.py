@@ -52,7 +52,7 @@ def test_restart_is_detected_by_polling_without_inotify(install, host_config, ku
     thread.host.use_inotify = False
     with thread:
         kubelet.wait_registered(RES)
-        assert thread.host.watcher.mode == "polling"
+        eventually(lambda: thread.host.watcher.mode == "polling")  # once registered
         kubelet.restart()
         kubelet.wait_registered(RES, count=2)
 
@@ -277,7 +277,7 @@ def test_plugin_dir_replaced_by_a_file_then_restored(install, host_config, kubel
     plugin_dir = kubelet.plugin_dir
     with thread:
         kubelet.wait_registered(RES)
-        assert thread.host.watcher.mode == "inotify"
+        eventually(lambda: thread.host.watcher.mode == "inotify")  # once registered
         kubelet.stop()
         for entry in plugin_dir.iterdir():
             entry.unlink()
@@ -394,3 +394,27 @@ def test_simulated_trees_go_to_memory_unless_tmpdir_says_otherwise(tmp_path, mon
     if not os.access(SHARED_MEMORY_DIR, os.W_OK | os.X_OK):
         pytest.skip(f"{SHARED_MEMORY_DIR} is not writable here")
     assert simulation_dir() == Path(SHARED_MEMORY_DIR)
+
+
+@pytest.mark.parametrize("use_inotify", [True, False])
+def test_the_restart_watch_wakes_every_subscriber_as_it_starts(tmp_path, use_inotify):
+    """The host starts its restart watch only once its first registrations are through:
+    what changed in the plugin directory before then is checked as the watch starts, as
+    every subscriber is woken then (inotify or polling)."""
+    import asyncio
+
+    from devicehost.kubelet.restart_watch import DirectoryWatcher
+
+    async def scenario() -> tuple[bool, bool, str]:
+        watcher = DirectoryWatcher(tmp_path / "device-plugins", safety_interval=3600.0)
+        early = watcher.subscribe()
+        try:
+            before = early.is_set()
+            watcher.start(use_inotify)
+            return before, early.is_set(), watcher.mode
+        finally:
+            await watcher.close()
+
+    before, after, mode = asyncio.run(scenario())
+    assert (before, after) == (False, True)
+    assert mode == ("inotify" if use_inotify else "polling")

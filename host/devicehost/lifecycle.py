@@ -59,6 +59,7 @@ STREAM_GRACE_SECONDS = 0.05
 STOP_TASKS_SECONDS = 0.5
 METRICS_BIND_SECONDS = 1.0
 START_WAIT_SECONDS = 5.0
+WATCH_START_SECONDS = 1.0
 RUNNER_RETRY_SECONDS = 1.0
 
 
@@ -205,7 +206,6 @@ class Host:
         """
         self._lock_plugin_dir()
         await self._start_status_server()
-        self.watcher.start(self.use_inotify)
         self._tasks.append(
             asyncio.create_task(self._count_kubelet_restarts(), name="kubelet-restarts")
         )
@@ -216,6 +216,7 @@ class Host:
         if self.node_labels is not None:
             self._tasks.append(asyncio.create_task(self.node_labels.run(), name="node-labels"))
         await self._launch(START_WAIT_SECONDS)
+        self._tasks.append(asyncio.create_task(self._watch_when_registered(), name="watch-start"))
         log.info(
             "serving %d resources: %s", len(self.resources), ", ".join(self.resources) or "none"
         )
@@ -475,6 +476,19 @@ class Host:
                 "--plugin-dir",
             ) from None
         self._lock_fd = fd
+
+    async def _watch_when_registered(self) -> None:
+        """Start the kubelet-restart watch once the resources served at start-up are
+        registered (or after ``WATCH_START_SECONDS``): its inotify binding costs ~8 ms to
+        load (it runs ``ldconfig``), which every first registration used to wait for. A
+        restart before then is not missed: the watch wakes every resource as it starts,
+        and each checks the kubelet's socket and its own."""
+        registered = [r.runner.registered.wait() for r in self.resources.values() if r.runner]
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(WATCH_START_SECONDS):
+                await asyncio.gather(*registered)
+        if not self._stopping:
+            self.watcher.start(self.use_inotify)
 
     async def _keep_plugin_dir_locked(self) -> None:
         """Lock the plugin directory again whenever it is created or replaced."""

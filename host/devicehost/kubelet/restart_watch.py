@@ -73,18 +73,19 @@ class DirectoryWatcher:
 
     def start(self, use_inotify: bool = True) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        interval = self.poll_interval
-        self.mode = "polling"
+        mode, interval = "polling", self.poll_interval
         if use_inotify:
             try:
                 self._inotify = self._watch()
             except InotifyUnavailable as exc:
                 log.warning("inotify unavailable (%s); polling %s instead", exc, self.directory)
             else:
-                self.mode, interval = "inotify", self.safety_interval
+                mode, interval = "inotify", self.safety_interval
                 self._tasks.append(asyncio.create_task(self._events(), name="plugin-dir-events"))
+        self.mode = mode
         self._tasks.append(asyncio.create_task(self._tick(interval), name="plugin-dir-watch"))
         log.info("watching %s for kubelet restarts (%s)", self.directory, self.mode)
+        self._wake_all()  # whatever changed before the watch began is checked now
 
     def _watch(self) -> Inotify | None:
         """A new inotify descriptor watching the directory and, for its name, its parent;
