@@ -117,16 +117,14 @@ def device_from_plain(data: Any, known_edits: dict[str, ContainerEdits] | None =
             f"device {device_id!r} has NUMA nodes {numa!r:.80}; expected integers from 0 to "
             f"{MAX_NUMA_NODE}"
         )
+    known = {} if known_edits is None else known_edits
     plain = data.get("edits")
-    key = repr(plain) if known_edits is not None else ""
-    edits = known_edits.get(key) if known_edits is not None else None
+    edits = known.get(key := repr(plain))
     if edits is None:
         try:
-            edits = edits_from_plain(plain)
+            edits = known[key] = edits_from_plain(plain)
         except Invalid as exc:
             raise Invalid(f"device {device_id!r}: {exc}") from None
-        if known_edits is not None:
-            known_edits[key] = edits
     return Device(id=device_id, health=health, numa_nodes=tuple(numa), edits=edits)
 
 

@@ -242,9 +242,7 @@ class Zygote:
 
     def discard(self, worker: Prestarted) -> None:
         """A prestarted worker nobody takes over: close its fds and kill it."""
-        for fd in (worker.channel, worker.stderr):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        _close_fds(worker)
         self.kill(worker.child.pid)
 
     def _on_readable(self, process: _Process) -> None:
@@ -328,9 +326,7 @@ class Zygote:
         if self._prestart_event is not None:
             self._prestart_event.set()
         for worker in self._prestarted.values():
-            for fd in (worker.channel, worker.stderr):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            _close_fds(worker)  # the worker died with the zygote
         self._prestarted.clear()
         for started in self._starting.values():
             if not started.done():
@@ -360,6 +356,12 @@ class Zygote:
                 os.kill(process.pid, signal.SIGKILL)
             await asyncio.sleep(0.05)
             process.poll()
+
+
+def _close_fds(worker: Prestarted) -> None:
+    for fd in (worker.channel, worker.stderr):
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _waitpid_poll(pid: int) -> Callable[[], int | None]:
