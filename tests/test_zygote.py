@@ -13,7 +13,7 @@ from pathlib import Path
 
 from devicehost.drivers.discovery import DriverStatus
 from devicehost.testing import KubeletStandIn, write_distribution
-from support import SCRIPTED, eventually
+from support import SCRIPTED, eventually, modules_after
 
 PROBES = ("probe-a", "probe-b")
 
@@ -251,3 +251,16 @@ def test_a_prestarted_worker_the_host_does_not_list_is_stopped_and_replaced(tmp_
     own = re.search(r"probe-a pid (\d+)", out).group(1)  # type: ignore[union-attr]
     assert own != replaced.group(1)
     assert f"zygote children ['{own}']" in out  # both stopped while the zygote runs on
+
+
+def test_what_devicehost_run_imports_before_it_forks_its_zygote_is_small():
+    """The command line, the zygote and the simulated tree (all `devicehost run` needs
+    before its fork) bring in neither asyncio, gRPC, pluggy, the model nor the metadata
+    reader: each would delay the fork, and so every worker's start."""
+    loaded, _ = modules_after(
+        "import devicehost.cli, devicehost.drivers.zygote, devicehost.simulation, "
+        "devicehost.kubelet.plugin_dir"
+    )
+    tops = {m.split(".")[0] for m in loaded}
+    assert not tops & {"asyncio", "grpc", "pluggy", "importlib_metadata"}
+    assert "devicehost.model" not in loaded
