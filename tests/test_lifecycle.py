@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -190,6 +191,33 @@ def test_hanging_driver_does_not_delay_another(install, run_host, kubelet):
     )
     kubelet.wait_registered("test.example/b")
     assert kubelet.allocate("test.example/b", [["b-1"]])
+
+
+def test_a_hung_driver_does_not_hold_back_the_restart_watch(install, host_config, kubelet):
+    """Start-up waits up to 5 s for a driver hung in configure; the restart watch does not
+    wait with it (it starts after a second): a kubelet restart during that wait is noticed
+    and the other driver's resource registers again before start-up is over."""
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    install("devicehost-beta", drivers={"beta": SCRIPTED})
+    thread = HostThread(
+        host_config,
+        enabled_drivers=("alpha", "beta"),
+        hook_timeout=30.0,
+        drivers={
+            "alpha": {"resources": {"test.example/a": 2}, "hang": ["devicehost_configure"]},
+            "beta": {"resources": {"test.example/b": 2}, "prefix": "b"},
+        },
+    )
+    starting = threading.Thread(target=thread.start)  # start() returns once start-up is over
+    starting.start()
+    try:
+        kubelet.wait_registered("test.example/b")
+        kubelet.restart()
+        kubelet.wait_registered("test.example/b", count=2, timeout=10)
+        assert starting.is_alive()  # start-up still waits for alpha: the watch did not
+    finally:
+        starting.join(timeout=30)
+        thread.stop()
 
 
 def test_same_resource_from_two_drivers_refuses_the_second(install, run_host, kubelet, caplog):

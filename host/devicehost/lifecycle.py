@@ -115,6 +115,8 @@ class Host:
             self.node_labels = NodeLabels(config.feature_file, config.hook_timeout)
         self._serving = False
         self._stopping = False
+        #: set once start-up has brought every driver up (or stopped waiting for one)
+        self._launched = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._driver_tasks: list[asyncio.Task[None]] = []
         self._scan_tasks: dict[str, asyncio.Task[None]] = {}
@@ -215,8 +217,9 @@ class Host:
         self._serving = True
         if self.node_labels is not None:
             self._tasks.append(asyncio.create_task(self.node_labels.run(), name="node-labels"))
-        await self._launch(START_WAIT_SECONDS)
         self._tasks.append(asyncio.create_task(self._watch_when_registered(), name="watch-start"))
+        await self._launch(START_WAIT_SECONDS)
+        self._launched.set()
         log.info(
             "serving %d resources: %s", len(self.resources), ", ".join(self.resources) or "none"
         )
@@ -478,15 +481,18 @@ class Host:
         self._lock_fd = fd
 
     async def _watch_when_registered(self) -> None:
-        """Start the kubelet-restart watch once the resources served at start-up are
-        registered (or after ``WATCH_START_SECONDS``): its inotify binding costs ~8 ms to
-        load (it runs ``ldconfig``), which every first registration used to wait for. A
-        restart before then is not missed: the watch wakes every resource as it starts,
-        and each checks the kubelet's socket and its own."""
-        registered = [r.runner.registered.wait() for r in self.resources.values() if r.runner]
+        """Start the kubelet-restart watch once the drivers have come up and their
+        resources are registered, or ``WATCH_START_SECONDS`` after start-up began (a slow
+        or hung driver does not hold it back): its inotify binding costs ~8 ms to load (it
+        runs ``ldconfig``), which every first registration used to wait for. A restart
+        before then is not missed: the watch wakes every resource as it starts, and each
+        checks the kubelet's socket and its own."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(WATCH_START_SECONDS):
-                await asyncio.gather(*registered)
+                await self._launched.wait()
+                await asyncio.gather(
+                    *(r.runner.registered.wait() for r in self.resources.values() if r.runner)
+                )
         if not self._stopping:
             self.watcher.start(self.use_inotify)
 
