@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 from tenacity.wait import wait_exponential_jitter
 
 from devicehost.drivers.discovery import DRIVER_GROUP, DriverInfo, DriverStatus
@@ -44,6 +44,11 @@ class WorkerDown(Exception):
         self.stable = stable
 
 
+def _unstable(exc: BaseException) -> bool:
+    """Restart with back-off: the worker went down before its run was stable."""
+    return isinstance(exc, WorkerDown) and not exc.stable
+
+
 class DriverFinal(Exception):
     """The driver cannot run on this node with this config (unavailable, config error)."""
 
@@ -62,6 +67,7 @@ class DriverHandle:
         on_notify: Callable[[str], None] | None = None,
         log_level: str = "info",
         first_restart: float = FIRST_RESTART_SECONDS,
+        stable_seconds: float = STABLE_SECONDS,
         on_restart: Callable[[str], None] | None = None,
         on_error: Callable[[str, str], None] | None = None,
         prestarted: WorkerProcess | None = None,
@@ -75,6 +81,7 @@ class DriverHandle:
         self.on_notify = on_notify or (lambda resource: None)
         self.log_level = log_level
         self.first_restart = first_restart
+        self.stable_seconds = stable_seconds
         self.on_restart = on_restart
         self.on_error = on_error
         self.process: WorkerProcess | None = None
@@ -82,6 +89,8 @@ class DriverHandle:
         #: Set once the first run has brought the driver up, failed for good, or given up.
         self.settled = asyncio.Event()
         self._stopping = False
+        #: a first run was started: every run after it is a restart
+        self._ran = False
 
     def implements(self, hook: str) -> bool:
         """True when the driver itself implements ``hook`` (known once its worker started)."""
@@ -105,13 +114,15 @@ class DriverHandle:
     # -- supervision -----------------------------------------------------------------------
 
     async def supervise(self, bring_up: BringUp, on_down: Callable[[str], None]) -> None:
-        """Run the driver until ``stop()``; restart its worker whenever it goes down."""
+        """Run the driver until ``stop()``; restart its worker whenever it goes down. A run
+        that lasted ``stable_seconds`` ends the back-off: the next start is at once, and
+        the restarts towards *crash-looping* are counted from it."""
         while not self._stopping:
             retrying = AsyncRetrying(
                 wait=wait_exponential_jitter(
                     initial=self.first_restart, max=MAX_RESTART_SECONDS, jitter=self.first_restart
                 ),
-                retry=retry_if_exception_type(WorkerDown),
+                retry=retry_if_exception(_unstable),
                 before_sleep=self._before_restart,
                 reraise=True,
             )
@@ -131,7 +142,7 @@ class DriverHandle:
     ) -> None:
         if self._stopping:
             return
-        first = self.info.restarts == 0 and state.attempt_number == 1
+        first, self._ran = not self._ran, True
         if not first:
             self.info.restarts += 1
             if self.on_restart:
@@ -173,7 +184,7 @@ class DriverHandle:
             if isinstance(exc, WorkerExited):
                 why = f"its worker {exc}{self._tail(process)}"
             await process.kill(f"bringing it up failed: {why}")
-            self._down(why, on_down)
+            self._down(why, on_down, state.attempt_number)
             raise WorkerDown(why, stable=False) from None
         if not self.settled.is_set():
             self.settled.set()
@@ -182,14 +193,16 @@ class DriverHandle:
         if self._stopping:
             return
         why = f"its worker (pid {process.pid}) {why}{self._tail(process)}"
-        self._down(why, on_down)
-        raise WorkerDown(why, stable=time.monotonic() - started >= STABLE_SECONDS)
+        stable = time.monotonic() - started >= self.stable_seconds
+        self._down(why, on_down, 1 if stable else state.attempt_number)
+        raise WorkerDown(why, stable=stable)
 
-    def _down(self, why: str, on_down: Callable[[str], None]) -> None:
+    def _down(self, why: str, on_down: Callable[[str], None], runs: int) -> None:
+        """The worker went down after ``runs`` runs without a stable one."""
         log.error("driver %r is down: %s", self.name, why)
         self._mark(DriverStatus.RESTARTING, why)
         on_down(why)
-        if self.info.restarts + 1 >= CRASH_LOOP_RESTARTS:
+        if runs >= CRASH_LOOP_RESTARTS:
             self._mark(DriverStatus.CRASH_LOOPING, why)
         self.settled.set()  # start-up waits no longer: its state and reason are known
 
