@@ -225,7 +225,8 @@ def test_the_host_reads_no_package_metadata_with_tracing_off():
 
 def test_a_host_with_the_default_config_loads_only_what_it_uses():
     """A host built with CDI and node labels off, and handed the zygote's listing, loads
-    neither those modules nor the metadata reader: each would only lengthen every start."""
+    neither those modules nor the metadata reader, nor tenacity (needed only once a
+    registration or a worker is retried): each would only lengthen every start."""
     loaded, _ = modules_after(
         "import asyncio\n"
         "from devicehost.config import HostConfig\n"
@@ -236,4 +237,4 @@ def test_a_host_with_the_default_config_loads_only_what_it_uses():
         "    load_plugins(listing=Listing())\n"
         "asyncio.run(build())"
     )
-    assert not loaded & {"devicehost.cdi", "devicehost.features", "importlib_metadata"}
+    assert not loaded & {"devicehost.cdi", "devicehost.features", "importlib_metadata", "tenacity"}

@@ -16,15 +16,15 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
-
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
-from tenacity.wait import wait_exponential_jitter
+from typing import TYPE_CHECKING, Any
 
 from devicehost.drivers.discovery import DRIVER_GROUP, DriverInfo, DriverStatus
 from devicehost.drivers.process import DriverInvalid, WorkerExited, WorkerProcess
 from devicehost.drivers.zygote import Zygote
 from devicehost.errors import DriverError, DriverUnavailable
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 log = logging.getLogger(__name__)
 
@@ -117,10 +117,29 @@ class DriverHandle:
         """Run the driver until ``stop()``; restart its worker whenever it goes down. A run
         that lasted ``stable_seconds`` ends the back-off: the next start is at once, and
         the restarts towards *crash-looping* are counted from it."""
+        try:
+            await self._run_once(bring_up, on_down, 1)
+        except DriverFinal:
+            self.settled.set()
+        except WorkerDown as down:
+            await self._restart(bring_up, on_down, down)
+
+    async def _restart(
+        self, bring_up: BringUp, on_down: Callable[[str], None], down: WorkerDown
+    ) -> None:
+        """The first run went down: restart with tenacity's back-off, which sees that run's
+        end as its own first attempt. Imported only now: a driver that never goes down
+        needs none of it, and tenacity costs every start ~8 ms to import."""
+        from tenacity import AsyncRetrying, retry_if_exception
+        from tenacity.wait import wait_exponential_jitter
+
+        pending: WorkerDown | None = down
         while not self._stopping:
             retrying = AsyncRetrying(
                 wait=wait_exponential_jitter(
-                    initial=self.first_restart, max=MAX_RESTART_SECONDS, jitter=self.first_restart
+                    multiplier=self.first_restart,
+                    max=MAX_RESTART_SECONDS,
+                    jitter=self.first_restart,
                 ),
                 retry=retry_if_exception(_unstable),
                 before_sleep=self._before_restart,
@@ -129,7 +148,10 @@ class DriverHandle:
             try:
                 async for attempt in retrying:
                     with attempt:
-                        await self._run_once(bring_up, on_down, attempt.retry_state)
+                        if pending is not None:
+                            ended, pending = pending, None
+                            raise ended
+                        await self._run_once(bring_up, on_down, attempt.retry_state.attempt_number)
                 return
             except WorkerDown:
                 continue  # a stable run ended: start over with the short back-off
@@ -138,8 +160,9 @@ class DriverHandle:
                 return
 
     async def _run_once(
-        self, bring_up: BringUp, on_down: Callable[[str], None], state: RetryCallState
+        self, bring_up: BringUp, on_down: Callable[[str], None], attempt: int
     ) -> None:
+        """One run of the worker, the ``attempt``-th since the last stable one."""
         if self._stopping:
             return
         first, self._ran = not self._ran, True
@@ -184,7 +207,7 @@ class DriverHandle:
             if isinstance(exc, WorkerExited):
                 why = f"its worker {exc}{self._tail(process)}"
             await process.kill(f"bringing it up failed: {why}")
-            self._down(why, on_down, state.attempt_number)
+            self._down(why, on_down, attempt)
             raise WorkerDown(why, stable=False) from None
         if not self.settled.is_set():
             self.settled.set()
@@ -194,7 +217,7 @@ class DriverHandle:
             return
         why = f"its worker (pid {process.pid}) {why}{self._tail(process)}"
         stable = time.monotonic() - started >= self.stable_seconds
-        self._down(why, on_down, 1 if stable else state.attempt_number)
+        self._down(why, on_down, 1 if stable else attempt)
         raise WorkerDown(why, stable=stable)
 
     def _down(self, why: str, on_down: Callable[[str], None], runs: int) -> None:

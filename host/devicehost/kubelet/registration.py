@@ -9,13 +9,13 @@ resources are unaffected. Every attempt is logged and is a CLIENT span.
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
-from tenacity.wait import wait_exponential_jitter
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
@@ -29,6 +29,9 @@ from devicehost.telemetry.tracing import (
     rpc_attributes,
     set_rpc_status,
 )
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,8 @@ class _Wait:
     """Fast jittered back-off while the kubelet is away; a slow fixed one after a rejection."""
 
     def __init__(self, initial: float, maximum: float, after_rejection: float) -> None:
+        from tenacity.wait import wait_exponential_jitter
+
         self.fast = wait_exponential_jitter(multiplier=initial, max=maximum, jitter=initial)
         self.after_rejection = after_rejection
 
@@ -138,42 +143,81 @@ async def register(
     request = pb.RegisterRequest(
         version=API_VERSION, endpoint=endpoint, resource_name=resource, options=options
     )
-    tracing = tracing or Tracing(None)
-    retrying = AsyncRetrying(
-        wait=_Wait(initial_backoff, max_backoff, rejected_backoff),
-        retry=retry_if_exception_type(grpc.aio.AioRpcError),
-        before_sleep=_log_retry(kubelet_socket, resource),
-        reraise=True,
+    attempt = functools.partial(
+        _attempt, request, kubelet_socket, tracing or Tracing(None), on_attempt
     )
-    attempts = 0
-    async for attempt in retrying:
-        with attempt:
-            attempts += 1
-            attributes = {
-                **rpc_attributes(REGISTRATION_SERVICE, "Register"),
-                SERVER_ADDRESS: str(kubelet_socket),
-                RESOURCE: resource,
-                ATTEMPT: attempts,
-            }
-            with tracing.client_span(f"{REGISTRATION_SERVICE}/Register", attributes) as span:
-                try:
-                    async with grpc.aio.insecure_channel(
-                        f"unix://{kubelet_socket}", options=FRESH_CONNECTION
-                    ) as channel:
-                        await pb_grpc.RegistrationStub(channel).Register(
-                            request, timeout=REGISTER_TIMEOUT_SECONDS
-                        )
-                except grpc.aio.AioRpcError as exc:
-                    set_rpc_status(span, exc.code().name)
-                    fail(span, exc, exc.details())
-                    if on_attempt:
-                        on_attempt(resource, "rejected" if rejected(exc) else "unreachable")
-                    raise
-                set_rpc_status(span, grpc.StatusCode.OK.name)
-            if on_attempt:
-                on_attempt(resource, "ok")
+    try:
+        await attempt(1)
+        attempts = 1
+    except grpc.aio.AioRpcError as failure:
+        wait = _Wait(initial_backoff, max_backoff, rejected_backoff)
+        attempts = await _retry(attempt, failure, wait, _log_retry(kubelet_socket, resource))
     _MISSING_KUBELET_REPORTED.discard(kubelet_socket)
     log.info(
         "registered resource %r with the kubelet as %s (attempt %d)", resource, endpoint, attempts
     )
     return attempts
+
+
+async def _retry(
+    attempt: Callable[[int], Awaitable[None]],
+    failure: grpc.aio.AioRpcError,
+    wait: _Wait,
+    before_sleep: Callable[[RetryCallState], None],
+) -> int:
+    """The first attempt failed: go on with tenacity's back-off, which sees that failure
+    as its own first attempt. Imported only now: most registrations need no retry, and
+    tenacity costs every start ~8 ms to import."""
+    from tenacity import AsyncRetrying, retry_if_exception_type
+
+    retrying = AsyncRetrying(
+        wait=wait,
+        retry=retry_if_exception_type(grpc.aio.AioRpcError),
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+    pending: grpc.aio.AioRpcError | None = failure
+    number = 1
+    async for state in retrying:
+        with state:
+            number = state.retry_state.attempt_number
+            if pending is not None:
+                failed, pending = pending, None
+                raise failed
+            await attempt(number)
+    return number
+
+
+async def _attempt(
+    request: pb.RegisterRequest,
+    kubelet_socket: Path,
+    tracing: Tracing,
+    on_attempt: AttemptCallback | None,
+    number: int,
+) -> None:
+    """One Register call on a connection of its own; a CLIENT span; ``AioRpcError`` when
+    the kubelet is not reachable or says no."""
+    resource = request.resource_name
+    attributes = {
+        **rpc_attributes(REGISTRATION_SERVICE, "Register"),
+        SERVER_ADDRESS: str(kubelet_socket),
+        RESOURCE: resource,
+        ATTEMPT: number,
+    }
+    with tracing.client_span(f"{REGISTRATION_SERVICE}/Register", attributes) as span:
+        try:
+            async with grpc.aio.insecure_channel(
+                f"unix://{kubelet_socket}", options=FRESH_CONNECTION
+            ) as channel:
+                await pb_grpc.RegistrationStub(channel).Register(
+                    request, timeout=REGISTER_TIMEOUT_SECONDS
+                )
+        except grpc.aio.AioRpcError as exc:
+            set_rpc_status(span, exc.code().name)
+            fail(span, exc, exc.details())
+            if on_attempt:
+                on_attempt(resource, "rejected" if rejected(exc) else "unreachable")
+            raise
+        set_rpc_status(span, grpc.StatusCode.OK.name)
+    if on_attempt:
+        on_attempt(resource, "ok")
