@@ -411,6 +411,31 @@ def test_a_simulated_run_that_fails_at_start_leaves_no_tree(tmp_path, plugin_dir
     assert sim_trees(tmp) == []
 
 
+def test_sigterm_early_in_start_up_exits_0_and_leaves_nothing(tmp_path, plugin_dir):
+    """SIGTERM as the simulated tree has just been made (before the zygote is forked and
+    long before the host's loop handles signals): the run exits 0 at once, without a
+    traceback, and removes the tree."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    run = run_scripted(
+        tmp_path, plugin_dir, RES, 2, extra_args=["--simulate"], env={"TMPDIR": str(tmp)}
+    )
+    try:
+        eventually(lambda: sim_trees(tmp) or run.poll() is not None, timeout=30)
+        assert sim_trees(tmp), "the run ended before it made its tree"
+        started = time.monotonic()
+        run.send_signal(signal.SIGTERM)
+        _, stderr = run.communicate(timeout=10)
+        assert run.returncode == 0, stderr.decode()
+        assert time.monotonic() - started < 2
+        assert "Traceback" not in stderr.decode()
+        assert sim_trees(tmp) == []
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
 def test_simulated_trees_go_to_memory_unless_tmpdir_says_otherwise(tmp_path, monkeypatch):
     """A simulated node is hundreds of small files: they go to /dev/shm when it is
     writable, and to $TMPDIR whenever that is set."""

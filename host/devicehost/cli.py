@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -431,6 +432,10 @@ def _run(config: HostConfig) -> int:
     # Every file the daemon creates is private from birth: sockets are 0600 before the
     # chmod that makes sure of it (CDI specs are made readable explicitly).
     os.umask(0o077)
+    # Until the loop takes signals over (``_serve``), a SIGTERM is noted and honoured as
+    # soon as the loop runs: the host stops as it would later (exit 0, the simulated tree
+    # removed), instead of dying by the default action halfway through its imports.
+    signal.signal(signal.SIGTERM, _note_sigterm)
     import functools
 
     from devicehost.drivers.zygote import Zygote
@@ -440,16 +445,17 @@ def _run(config: HostConfig) -> int:
     early = not config.profiles
     sim_root = make_sim_root() if early and config.simulate else None
     try:
-        zygote = Zygote.fork(functools.partial(_plan_workers, config, sim_root) if early else None)
-    except OSError:  # no process to spare now: the first worker start spawns a fresh one
-        zygote = Zygote()
-    _setup_logging(config, config.log_level)
-    # The span exporter and driver threads share the GIL with the request loop; a short
-    # switch interval bounds how long a kubelet request can wait for it (default 5 ms).
-    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
-    import asyncio
+        try:
+            prestart = functools.partial(_plan_workers, config, sim_root) if early else None
+            zygote = Zygote.fork(prestart)
+        except OSError:  # no process to spare now: the first worker start spawns a fresh one
+            zygote = Zygote()
+        _setup_logging(config, config.log_level)
+        # The span exporter and driver threads share the GIL with the request loop; a short
+        # switch interval bounds how long a kubelet request can wait for it (default 5 ms).
+        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+        import asyncio
 
-    try:
         asyncio.run(_serve(config, zygote, sim_root))
     finally:
         if sim_root is not None:  # the host removes it when it stops; not if it never ran
@@ -457,6 +463,14 @@ def _run(config: HostConfig) -> int:
 
             shutil.rmtree(sim_root, ignore_errors=True)
     return 0
+
+
+#: a SIGTERM that arrived before the loop took signals over
+_SIGTERM_BEFORE_LOOP: list[int] = []
+
+
+def _note_sigterm(signum: int, frame: object) -> None:
+    _SIGTERM_BEFORE_LOOP.append(signum)
 
 
 def _plan_workers(config: HostConfig, sim_root: Path | None) -> Plan:
@@ -471,11 +485,17 @@ async def _serve(config: HostConfig, zygote: Zygote, sim_root: Path | None) -> N
     """Import the host while the zygote lists the drivers and their workers import them
     (the two costs overlap instead of adding up at every start), then take the workers
     over: their first calls have been running meanwhile."""
+    import asyncio
+
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    if _SIGTERM_BEFORE_LOOP:
+        stop.set()
     from devicehost.drivers.early import start_workers
     from devicehost.lifecycle import serve
 
     early = None if config.profiles else await start_workers(config, zygote, sim_root)
-    await serve(config, early=early, zygote=zygote)
+    await serve(config, stop=stop, early=early, zygote=zygote)
 
 
 if __name__ == "__main__":
