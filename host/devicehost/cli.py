@@ -16,8 +16,7 @@ from devicehost.config import SETTINGS, HostConfig, load_config
 from devicehost.errors import ConfigError
 
 if TYPE_CHECKING:
-    from devicehost.drivers.plan import Plan
-    from devicehost.drivers.zygote import Zygote
+    from devicehost.drivers.zygote import Plan, Zygote
     from devicehost.lifecycle import Host
 
 log = logging.getLogger("devicehost")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devicehost.config import HostConfig
-from devicehost.drivers.zygote import Planned
+from devicehost.drivers.zygote import Plan, Planned
 from devicehost.simulation import driver_root
 from devicehost.subprocesses import host_environment
 
@@ -67,9 +67,6 @@ def first_calls(config: HostConfig, driver: str, root: Path) -> dict[str, dict[s
     calls["devicehost_resources"] = {}
     calls["devicehost_notes"] = {}
     return calls
-
-
-Plan = Callable[[], tuple[list[Planned], Any]]
 
 
 def plan_workers(config: HostConfig, sim_root: Path | None) -> Plan:

@@ -92,9 +92,11 @@ class Planned:
     sequence: list[dict[str, Any]]
 
 
-#: Called in the zygote at its fork; returns the plan, called once the worker's code is
-#: imported: the workers to start and a plain result for the host.
-Prestart = Callable[[], Callable[[], tuple[list[Planned], Any]]]
+#: Called once the worker's code is imported: the workers to start, and a plain result for
+#: the host.
+Plan = Callable[[], tuple[list[Planned], Any]]
+#: Called in the zygote at its fork (before it imports the worker's code); returns the plan.
+Prestart = Callable[[], Plan]
 
 
 @dataclass
@@ -473,8 +475,12 @@ def serve(control: socket.socket, prestart: Prestart | None = None) -> None:
                 not_theirs=(ours.fileno(), stderr_read),
             )
             ours.sendall(encode({"sequence": planned.sequence, "then_enumerate": True}))
-            message = {"prestarted": planned.name, "pid": pid, "argv": planned.argv}
-            message["sequence"] = planned.sequence
+            message = {
+                "prestarted": planned.name,
+                "pid": pid,
+                "argv": planned.argv,
+                "sequence": planned.sequence,
+            }
             socket.send_fds(control, [json.dumps(message).encode()], [ours.fileno(), stderr_read])
             return True
         except OSError:
