@@ -76,8 +76,7 @@ _COMMAND_FLAGS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _default_text(attr: str) -> str:
-    value = getattr(HostConfig(), attr)
+def _default_text(value: Any) -> str:
     if value is None or value == "" or value == ():
         return "unset"
     if isinstance(value, tuple):
@@ -87,15 +86,31 @@ def _default_text(attr: str) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _config_flags(attrs: Sequence[str], top_level: bool = False) -> argparse.ArgumentParser:
+def _flag_helps() -> dict[str, str]:
+    """Each flag's help, with its env var and default (one HostConfig for all)."""
+    defaults, helps = HostConfig(), {}
+    settings = {s.attr: s for s in SETTINGS}
+    for attr in _FLAGS:
+        text, env = settings[attr].help, settings[attr].env
+        where = f"env {env}, " if env else ""
+        default = "" if "default" in text else f"default: {_default_text(getattr(defaults, attr))}"
+        helps[attr] = f"{text} ({where}{default})".replace(", )", ")")
+    return helps
+
+
+def _add_config_flags(
+    parser: argparse.ArgumentParser,
+    attrs: Sequence[str],
+    helps: dict[str, str],
+    top_level: bool = False,
+) -> None:
     """The configuration flags of one command: those in ``attrs`` shown in its help, the
     others accepted but hidden, so ``main`` can say "'demo' does not take --plugin-dir"
     instead of argparse's bare "unrecognized arguments". Defaults are SUPPRESSed so a flag
     given before the command (``devicehost --simulate drivers``) is not overwritten by the
-    command's own default."""
-    parent = argparse.ArgumentParser(add_help=False)
-    title = "configuration (flags > DEVICEHOST_* env > file)"
-    group = parent.add_argument_group(title)
+    command's own default. Added to each parser itself: parent parsers cost every start
+    ~5 ms of argparse (one more parser and a copy of every flag per command)."""
+    group = parser.add_argument_group("configuration (flags > DEVICEHOST_* env > file)")
     group.add_argument(
         "--config",
         type=Path,
@@ -103,38 +118,32 @@ def _config_flags(attrs: Sequence[str], top_level: bool = False) -> argparse.Arg
         default=argparse.SUPPRESS,
         help=argparse.SUPPRESS if top_level else "HostConfig YAML file (env DEVICEHOST_CONFIG)",
     )
-    helps = {s.attr: (s.help, s.env) for s in SETTINGS}
-    for attr in _FLAGS:
-        flag, extra = _FLAGS[attr]
-        text, env = helps[attr]
-        where = f"env {env}, " if env else ""
-        default = "" if "default" in text else f"default: {_default_text(attr)}"
-        shown = f"{text} ({where}{default})".replace(", )", ")")
+    for attr, (flag, extra) in _FLAGS.items():
         group.add_argument(
             flag,
             dest=attr,
             default=argparse.SUPPRESS,
-            help=shown if attr in attrs and not top_level else argparse.SUPPRESS,
+            help=helps[attr] if attr in attrs and not top_level else argparse.SUPPRESS,
             **extra,
         )
-    return parent
 
 
 def build_parser() -> argparse.ArgumentParser:
+    helps = _flag_helps()
     parser = argparse.ArgumentParser(
         prog="devicehost",
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[_config_flags(tuple(_FLAGS), top_level=True)],
     )
+    _add_config_flags(parser, tuple(_FLAGS), helps, top_level=True)
     parser.add_argument("--version", action=_Version, help="show the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
-        return commands.add_parser(
-            name, parents=[_config_flags(_COMMAND_FLAGS[name])], help=help, description=help
-        )
+        sub = commands.add_parser(name, help=help, description=help)
+        _add_config_flags(sub, _COMMAND_FLAGS[name], helps)
+        return sub
 
     command("run", "serve every driver's resources to the kubelet until SIGTERM (the daemon)")
     drivers = command("drivers", "list installed drivers: distribution, version, status, reason")
@@ -177,11 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     new = commands.add_parser(
         "new-driver",
-        parents=[_config_flags((), top_level=True)],
         help="write a standalone driver project (package, simulation, tests, README)",
         description="Write a standalone driver distribution that installs with pip, passes "
         "its own tests and serves in `devicehost demo` as written.",
     )
+    _add_config_flags(new, (), helps, top_level=True)
     new.add_argument("name", help="the driver's entry-point name, e.g. acme (lower case)")
     new.add_argument(
         "--dest", type=Path, metavar="DIR", help="where to write it (default: ./devicehost-NAME)"
