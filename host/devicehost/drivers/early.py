@@ -23,7 +23,7 @@ from pathlib import Path
 
 from devicehost.config import HostConfig
 from devicehost.drivers.discovery import DRIVER_GROUP, DriverInfo, Listing, PluginSet, load_plugins
-from devicehost.drivers.plan import first_calls, worker_argv
+from devicehost.drivers.plan import first_calls
 from devicehost.drivers.process import WorkerExited, WorkerProcess
 from devicehost.drivers.zygote import Prestarted, Zygote
 from devicehost.simulation import driver_root, make_sim_root
@@ -76,7 +76,7 @@ async def start_workers(
         ready = prestarted.pop(name, None)
         if ready is None:
             continue
-        if await _adopt(workers[name], ready, config, zygote):
+        if await _adopt(workers[name], ready, zygote):
             early.workers[name] = workers.pop(name)
         else:
             workers[name] = _new_worker(infos[name], config, zygote)
@@ -113,15 +113,10 @@ def _new_worker(info: DriverInfo, config: HostConfig, zygote: Zygote) -> WorkerP
     )
 
 
-async def _adopt(
-    worker: WorkerProcess, ready: Prestarted, config: HostConfig, zygote: Zygote
-) -> bool:
+async def _adopt(worker: WorkerProcess, ready: Prestarted, zygote: Zygote) -> bool:
     """Take over the worker the zygote started for this driver, when it runs the same
     driver the host lists; otherwise stop it (False: the caller starts a new one)."""
-    expected = worker_argv(
-        worker.driver, worker.distribution, DRIVER_GROUP, config.log_level, worker.entry_point
-    )
-    if ready.argv != expected:  # the installed drivers changed since the zygote looked
+    if ready.argv != worker.argv:  # the installed drivers changed since the zygote looked
         log.debug(
             "driver %r: the worker the zygote started (pid %d) is for another installation; "
             "stopped",

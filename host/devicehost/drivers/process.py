@@ -118,6 +118,14 @@ class WorkerProcess:
 
     # -- start -----------------------------------------------------------------------------
 
+    @property
+    def argv(self) -> list[str]:
+        """The worker's command-line arguments: how it is spawned, and what a worker the
+        zygote prestarted must have been started with to be adopted."""
+        return worker_argv(
+            self.driver, self.distribution, self.group, self.log_level, self.entry_point
+        )
+
     async def spawn(self) -> None:
         """Start the worker process; it imports its driver while the host goes on.
 
@@ -126,12 +134,9 @@ class WorkerProcess:
             return
         parent, child = socket.socketpair()
         stderr_read, stderr_write = os.pipe()
-        argv = worker_argv(
-            self.driver, self.distribution, self.group, self.log_level, self.entry_point
-        )
         try:
             self._child = await self.zygote.start(
-                argv, worker_environment(self.driver), (child.fileno(), stderr_write)
+                self.argv, worker_environment(self.driver), (child.fileno(), stderr_write)
             )
         except ZygoteError as exc:
             parent.close()
