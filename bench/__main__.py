@@ -13,6 +13,7 @@ import time
 
 from bench import benchmarks
 from bench.harness import Workspace, write_result
+from bench.stop_time import stop_time
 
 FULL = {
     "runs": 7,
@@ -23,6 +24,7 @@ FULL = {
     "scale_calls": 200,
     "allocations": 100_000,
     "idle_seconds": 60.0,
+    "stops": 10,
 }
 QUICK = {
     "runs": 2,
@@ -33,6 +35,7 @@ QUICK = {
     "scale_calls": 30,
     "allocations": 5_000,
     "idle_seconds": 10.0,
+    "stops": 3,
 }
 
 
@@ -59,6 +62,7 @@ def main() -> None:
         "scale_4096": lambda ws: benchmarks.scale(ws, 4096, int(n["scale_calls"])),
         "memory": lambda ws: benchmarks.memory(ws, int(n["allocations"])),
         "idle_cpu": lambda ws: benchmarks.idle_cpu(ws, n["idle_seconds"]),
+        "stop_time": lambda ws: stop_time(ws, int(n["stops"])),
     }
     for name, run in plan.items():
         if args.only and name not in args.only:

@@ -14,7 +14,7 @@ import pytest
 
 from devicehost.lifecycle import PluginDirInUse
 from devicehost.testing import HostThread, KubeletStandIn
-from support import SCRIPTED, eventually, run_scripted
+from support import SCRIPTED, UNHURRIED_SECONDS, eventually, run_scripted
 from support import scripted as scripted_control
 
 RES = "test.example/dev"
@@ -426,8 +426,8 @@ def test_a_simulated_run_that_fails_at_start_leaves_no_tree(tmp_path, plugin_dir
 
 def test_sigterm_early_in_start_up_exits_0_and_leaves_nothing(tmp_path, plugin_dir):
     """SIGTERM as the simulated tree has just been made (before the zygote is forked and
-    long before the host's loop handles signals): the run exits 0 at once, without a
-    traceback, and removes the tree."""
+    long before the host's loop handles signals): the run exits 0, not by the signal's
+    default action, without a traceback, and removes the tree."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     run = run_scripted(
@@ -436,11 +436,11 @@ def test_sigterm_early_in_start_up_exits_0_and_leaves_nothing(tmp_path, plugin_d
     try:
         eventually(lambda: sim_trees(tmp) or run.poll() is not None, timeout=30)
         assert sim_trees(tmp), "the run ended before it made its tree"
-        started = time.monotonic()
         run.send_signal(signal.SIGTERM)
-        _, stderr = run.communicate(timeout=10)
+        # Honoured, not left for the end of the imports: the exit status and the removed tree
+        # show it; how fast is make bench's stop_time (a busy machine may take seconds here).
+        _, stderr = run.communicate(timeout=UNHURRIED_SECONDS)
         assert run.returncode == 0, stderr.decode()
-        assert time.monotonic() - started < 2
         assert "Traceback" not in stderr.decode()
         assert sim_trees(tmp) == []
     finally:

@@ -19,6 +19,7 @@ import pytest
 from devicehost.config import load_config, redact_url
 from devicehost.telemetry.status_server import StatusServer
 from devicehost.telemetry.tracing import Tracing, otlp_exporter, traces_endpoint
+from support import UNHURRIED_SECONDS
 
 
 def _has_ipv6_loopback() -> bool:
@@ -106,7 +107,7 @@ def test_credentials_in_the_endpoint_are_never_printed_or_logged(
         tracing = Tracing.from_config(config.otlp_endpoint, "node", "1.0")
         with tracing.child_span("one"):
             pass
-        tracing.shutdown()
+        tracing.shutdown(flush_seconds=UNHURRIED_SECONDS)  # delivery, not speed, is checked
     finally:
         server.shutdown()
     assert not [r for r in caplog.records if "s3cret" in r.getMessage()]

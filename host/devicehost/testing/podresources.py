@@ -23,11 +23,16 @@ from devicehost._proto.podresources.v1 import api_pb2_grpc as pr_grpc
 
 
 class PodResourcesStandIn(pr_grpc.PodResourcesListerServicer):
-    """Answers List/Get from assignments the test makes; ``delay`` makes it slow."""
+    """Answers List/Get from assignments the test makes; ``delay`` makes List slow, and
+    ``gate`` holds every List until the test sets it (slow for as long as a test needs,
+    whatever the machine's speed)."""
 
-    def __init__(self, socket: Path | str, delay: float = 0.0) -> None:
+    def __init__(
+        self, socket: Path | str, delay: float = 0.0, gate: threading.Event | None = None
+    ) -> None:
         self.socket = Path(socket)
         self.delay = delay
+        self.gate = gate
         self.calls = 0
         self._pods: dict[tuple[str, str], dict[str, list[pr.ContainerDevices]]] = {}
         self._lock = threading.Lock()
@@ -60,6 +65,8 @@ class PodResourcesStandIn(pr_grpc.PodResourcesListerServicer):
         self.calls += 1
         if self.delay:
             time.sleep(self.delay)
+        if self.gate is not None:
+            self.gate.wait()
         with self._lock:
             return pr.ListPodResourcesResponse(pod_resources=[self._pod(k) for k in self._pods])
 
@@ -82,6 +89,8 @@ class PodResourcesStandIn(pr_grpc.PodResourcesListerServicer):
         return self
 
     def stop(self) -> None:
+        if self.gate is not None:
+            self.gate.set()  # a held List must not outlive the stand-in
         self._server.stop(None)
 
     def __enter__(self) -> PodResourcesStandIn:
