@@ -19,6 +19,25 @@ def test_natural_order():
     assert sorted(["gpu-10", "gpu-2", "gpu-1"], key=natural_key) == ["gpu-1", "gpu-2", "gpu-10"]
 
 
+def test_natural_order_reads_pci_addresses_as_hex():
+    """PCI addresses sort in bus order: their parts are hex digit runs, not decimal ones
+    (0x33 < 0x3b < 0x4d), in sysfs's, NVML's and a device ID's dashed spelling."""
+    addresses = ["0000:4d:00.0", "0000:9a:00.0", "0000:33:00.1", "0000:3b:00.0", "0000:33:00.0"]
+    assert sorted(addresses, key=natural_key) == [
+        "0000:33:00.0", "0000:33:00.1", "0000:3b:00.0", "0000:4d:00.0", "0000:9a:00.0",
+    ]  # fmt: skip
+    assert sorted(["0000-4d-00.0", "0000-40-00.0", "0000-2f-00.0"], key=natural_key) == [
+        "0000-2f-00.0", "0000-40-00.0", "0000-4d-00.0",
+    ]  # fmt: skip
+    assert natural_key("00000000:3B:00.0") == natural_key("0000:3b:00.0")
+
+
+def test_default_preference_takes_pci_addresses_in_bus_order():
+    """On one NUMA node the default preference takes the lowest PCI addresses first."""
+    devices = node({"0000:4d:00.0": 0, "0000:33:00.0": 0, "0000:9a:00.0": 0})
+    assert preferred_allocation(devices, list(devices), [], 2) == ["0000:33:00.0", "0000:4d:00.0"]
+
+
 def test_fills_the_must_include_numa_node_first():
     """The rest of a request comes from the NUMA node of the must-include device."""
     devices = node({"a0": 0, "a1": 0, "b0": 1, "b1": 1, "b2": 1})
