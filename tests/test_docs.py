@@ -45,3 +45,24 @@ def test_every_setting_is_documented(setting):
         assert f"`{setting.env}`" in CONFIG_DOC
     if setting.attr in _FLAGS:
         assert f"`{_FLAGS[setting.attr][0]}`" in CONFIG_DOC
+
+
+def test_allocate_contract_is_stated_alike_everywhere():
+    """One allocate contract: hooks.md, the hook's docstring, the template and the battery
+    all name the refusal of an unknown ID as UnknownDevice(resource, device_id), the
+    exception's own signature."""
+    import inspect
+
+    from devicehost import UnknownDevice, hookspecs
+    from devicehost.testing import conformance
+
+    assert list(inspect.signature(UnknownDevice).parameters) == ["resource", "device_id"]
+    template = (ROOT / "drivers/_template/devicehost_template/driver.py").read_text()
+    for where, text in (
+        ("docs/hooks.md", HOOKS_DOC),
+        ("devicehost_allocate's docstring", hookspecs.devicehost_allocate.__doc__ or ""),
+        ("the template driver", template),
+        ("check_driver's module docstring", conformance.__doc__ or ""),
+    ):
+        assert "UnknownDevice(resource, device_id)" in text, where
+    assert "has already refused unknown IDs" not in HOOKS_DOC

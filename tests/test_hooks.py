@@ -191,6 +191,23 @@ def test_allocate_returning_wrong_type_is_internal(alpha, kubelet):
     )
 
 
+def test_allocate_unknown_device_from_the_driver_is_invalid_argument(install, run_host, kubelet):
+    """A driver's UnknownDevice (a device gone since the host's snapshot) reaches the kubelet
+    as INVALID_ARGUMENT naming the driver and the ID, not as a driver fault (INTERNAL)."""
+    install(
+        "devicehost-vanishing", drivers={"vanishing": "testdrivers.conformance_cases:Vanishing"}
+    )
+    run_host(enabled_drivers=("vanishing",))
+    kubelet.wait_devices("conformance.example/widget", lambda d: len(d) == 2)
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.allocate("conformance.example/widget", [["w1"]])
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.details() == (
+        "driver 'vanishing': unknown device ID 'w1' for resource 'conformance.example/widget'"
+    )
+    assert kubelet.allocate("conformance.example/widget", [["w0"]])[0].envs == {"WIDGET": "w0"}
+
+
 def test_pre_start_failure_is_internal_with_message(alpha, kubelet):
     """A pre_start hook that raises fails PreStartContainer with the driver's message."""
     alpha(

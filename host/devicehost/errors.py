@@ -68,10 +68,12 @@ class RequestRefused(DevicehostError):
 
 
 class UnknownDevice(DevicehostError):
-    """A request named a device ID the resource does not advertise.
+    """A request named a device ID the resource does not have.
 
-    Raised by drivers too: ``devicehost_allocate`` given an ID it does not know must raise
-    this (or any exception) rather than invent an answer.
+    Raised by drivers: ``devicehost_allocate`` given an ID it does not know (a device gone
+    since the host's last snapshot) raises ``UnknownDevice(resource, device_id)`` rather
+    than invent an answer; the kubelet gets INVALID_ARGUMENT. ``check_driver`` checks
+    both fields.
     """
 
     def __init__(self, resource: str, device_id: str) -> None:

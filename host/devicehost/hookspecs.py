@@ -177,9 +177,11 @@ def devicehost_allocate(resource: str, device_ids: Sequence[str]) -> Allocation 
     only for work that cannot be known before the request (a per-allocation token, a
     partition created on demand). Stops at the first non-None result; the answer is merged
     with the composed edits, and a clash with them refuses the Allocate. The host has
-    already checked that every ID is advertised and Healthy; still raise (ideally
-    ``devicehost.UnknownDevice``) for an ID you do not know. Policy plugins may wrap this
-    hook to add to the answer.
+    already checked every ID against its latest snapshot (advertised and Healthy); an ID
+    you no longer know (gone since that snapshot) must raise
+    ``devicehost.UnknownDevice(resource, device_id)``, which the kubelet gets as
+    INVALID_ARGUMENT (``check_driver`` checks it). Policy plugins may wrap this hook to add
+    to the answer.
     """
 
 

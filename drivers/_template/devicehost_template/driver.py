@@ -7,7 +7,10 @@ code runs on a real node, on the fake tree the tests build, and in ``devicehost 
 
 What a container needs is declared with each device (its device node, its name in
 ``WIDGET_VISIBLE_DEVICES``); the host composes every Allocate answer from those, so this
-driver has no ``allocate`` hook.
+driver has no ``allocate`` hook. A driver that adds one (for work that must happen at
+allocation time) refuses an ID it does not know with
+``raise UnknownDevice(resource, device_id)``: ``check_driver`` calls it with an unknown ID
+and checks exactly that (devicehost's docs/hooks.md, ``devicehost_allocate``).
 """
 
 from __future__ import annotations

@@ -25,7 +25,13 @@ from typing import Any
 from devicehost.drivers.plan import early_sequence, worker_argv, worker_environment
 from devicehost.drivers.protocol import HEADER, ProtocolError, body_length, decode, encode
 from devicehost.drivers.zygote import Child, Prestarted, Zygote, ZygoteError
-from devicehost.errors import DriverError, DriverTimeout, DriverUnavailable, RequestRefused
+from devicehost.errors import (
+    DriverError,
+    DriverTimeout,
+    DriverUnavailable,
+    RequestRefused,
+    UnknownDevice,
+)
 
 log = logging.getLogger(__name__)
 _NONE: Any = object()  # no volunteered answer
@@ -39,6 +45,11 @@ WORKER_THREADS = 4
 #: The call id under which a worker's unasked enumerations count as stuck (asked calls
 #: are numbered from 1).
 VOLUNTEERED_CALL = 0
+#: The hooks that answer a kubelet request: only they may refuse it (``RequestRefused``,
+#: ``UnknownDevice``); from any other hook a refusal is a driver error like any other.
+REQUEST_HOOKS = frozenset(
+    {"devicehost_allocate", "devicehost_pre_start", "devicehost_preferred_allocation"}
+)
 
 
 class WorkerExited(Exception):
@@ -308,7 +319,8 @@ class WorkerProcess:
 
         ``DriverTimeout`` after ``timeout`` (the call is cancelled in the worker if it has
         not started), ``DriverBusy`` at once when too many calls wait, ``DriverError`` when
-        the hook raised or the worker died, ``DriverUnavailable`` when the driver said so.
+        the hook raised or the worker died, ``DriverUnavailable`` when the driver said so;
+        from a request hook, ``RequestRefused`` and ``UnknownDevice`` as the driver raised them.
         """
         if self.exited.done():
             raise DriverError(self.driver, hook, f"its worker process {self.exited.result()}")
@@ -339,7 +351,11 @@ class WorkerProcess:
         try:
             async with asyncio.timeout(timeout):
                 return await future
-        except (DriverError, DriverUnavailable, RequestRefused):
+        except (RequestRefused, UnknownDevice) as exc:
+            if hook in REQUEST_HOOKS:
+                raise
+            raise DriverError(self.driver, hook, f"{type(exc).__name__}: {exc}") from None
+        except (DriverError, DriverUnavailable):
             raise
         except ValueError as exc:
             raise DriverError(self.driver, hook, f"ValueError: {exc}") from exc
@@ -455,6 +471,8 @@ def _error(message: dict[str, Any]) -> Exception:
         return DriverUnavailable(text)
     if kind == "refused":
         return RequestRefused(text)
+    if kind == "unknown":
+        return UnknownDevice(str(message.get("resource", "")), str(message.get("device_id", "")))
     if kind == "value":
         return ValueError(text.removeprefix("ValueError: "))
     return RuntimeError(text)

@@ -32,7 +32,7 @@ from devicehost import hookspecs
 from devicehost.drivers.discovery import load_object
 from devicehost.drivers.plugin_manager import new_plugin_manager, register
 from devicehost.drivers.protocol import HEADER, NotPlain, body_length, decode, encode, to_plain
-from devicehost.errors import DriverUnavailable, RequestRefused
+from devicehost.errors import DriverUnavailable, RequestRefused, UnknownDevice
 from devicehost.subprocesses import die_with_parent, name_process
 
 log = logging.getLogger("devicehost.worker")
@@ -176,6 +176,16 @@ class Worker:
             self.send({"error": call_id, "kind": "unavailable", "message": str(exc)})
         except RequestRefused as exc:
             self.send({"error": call_id, "kind": "refused", "message": str(exc)})
+        except UnknownDevice as exc:
+            self.send(
+                {
+                    "error": call_id,
+                    "kind": "unknown",
+                    "message": str(exc),
+                    "resource": str(exc.resource),
+                    "device_id": str(exc.device_id),
+                }
+            )
         except NotPlain as exc:
             self.send({"error": call_id, "kind": "error", "message": f"returned {exc}"})
         except ValueError as exc:

@@ -19,7 +19,7 @@ from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from devicehost.compose import CompositionClash, PolicyChain, compose
 from devicehost.drivers.snapshots import ResourceState
-from devicehost.errors import DriverError, DriverTimeout, RequestRefused
+from devicehost.errors import DriverError, DriverTimeout, RequestRefused, UnknownDevice
 from devicehost.kubelet.preferred import numa_map, preferred_allocation
 from devicehost.model import NO_EDITS, Allocation, Device, ResourceSpec
 from devicehost.telemetry import tracing
@@ -236,6 +236,10 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 message = f"driver {self.driver.name!r}, resource {self.resource!r}: {exc}"
                 log.warning("%s", message)
                 raise Refusal(grpc.StatusCode.FAILED_PRECONDITION, message[:MAX_MESSAGE]) from exc
+            except UnknownDevice as exc:  # gone since the snapshot the host checked against
+                message = f"driver {self.driver.name!r}: {exc}"
+                log.warning("%s", message)
+                raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, message[:MAX_MESSAGE]) from exc
 
     # -- answers, independent of gRPC (so they can be benchmarked and fuzzed) --------------
 

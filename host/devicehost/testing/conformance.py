@@ -12,7 +12,8 @@ instead of stopping at the first::
 Checked: the driver loads and validates; ``resources`` returns valid, unique
 ``ResourceSpec``s; every enumeration returns valid, unique IDs with legal health; every
 healthy device, and all healthy devices together, compose into edits that give the container
-something without a clash; a driver ``allocate`` (when implemented) refuses an unknown ID;
+something without a clash; a driver ``allocate`` (when implemented) refuses an ID it does not
+know by raising ``devicehost.UnknownDevice(resource, device_id)`` with those two fields;
 ``preferred_allocation`` (when implemented) returns valid choices; every hook returns
 within ``timeout``.
 """
@@ -31,7 +32,7 @@ from devicehost.compose import CompositionClash, compose
 from devicehost.drivers.discovery import DRIVER_GROUP, DriverStatus, load_plugins
 from devicehost.drivers.process import WorkerExited, WorkerProcess
 from devicehost.drivers.zygote import Zygote
-from devicehost.errors import DriverError, DriverUnavailable
+from devicehost.errors import DriverError, DriverUnavailable, RequestRefused, UnknownDevice
 from devicehost.model import NO_EDITS, Device, ResourceSpec
 from devicehost.validation import (
     Invalid,
@@ -102,16 +103,32 @@ class _Battery:
         if len(healthy) > 1:
             await self.allocation(spec, table, healthy)
         if "devicehost_allocate" in self.process.hooks:
-            try:
-                await self.call("devicehost_allocate", resource=name, device_ids=[UNKNOWN_ID])
-                self.problems.append(
-                    f"{name}: allocate accepted the unknown ID {UNKNOWN_ID!r}; "
-                    "it must raise (devicehost.UnknownDevice)"
-                )
-            except DriverError:
-                pass
+            await self.unknown_id(name)
         if "devicehost_preferred_allocation" in self.process.hooks and healthy:
             await self.preferred(name, healthy)
+
+    async def unknown_id(self, name: str) -> None:
+        """``allocate`` given an ID it does not know raises ``UnknownDevice`` naming the
+        resource and that ID: the host's snapshot can be older than the driver's view."""
+        expected = f"raise devicehost.UnknownDevice(resource={name!r}, device_id={UNKNOWN_ID!r})"
+        try:
+            await self.call("devicehost_allocate", resource=name, device_ids=[UNKNOWN_ID])
+        except UnknownDevice as exc:
+            if (exc.resource, exc.device_id) != (name, UNKNOWN_ID):
+                self.problems.append(
+                    f"{name}: allocate refused the unknown ID with UnknownDevice(resource="
+                    f"{exc.resource!r}, device_id={exc.device_id!r}); it must {expected}"
+                )
+            return
+        except (DriverError, RequestRefused) as exc:
+            self.problems.append(
+                f"{name}: allocate given the unknown ID {UNKNOWN_ID!r} raised "
+                f"{type(exc).__name__} ({exc}); it must {expected}"
+            )
+            return
+        self.problems.append(
+            f"{name}: allocate accepted the unknown ID {UNKNOWN_ID!r}; it must {expected}"
+        )
 
     async def allocation(
         self, spec: ResourceSpec, devices: Mapping[str, Device], ids: list[str]
@@ -123,7 +140,7 @@ class _Battery:
                 extra = edits_from_plain(
                     await self.call("devicehost_allocate", resource=spec.name, device_ids=ids)
                 )
-            except (DriverError, Invalid) as exc:
+            except (DriverError, Invalid, RequestRefused, UnknownDevice) as exc:
                 self.problems.append(f"{spec.name}: allocating healthy {ids} failed: {exc}")
                 return
         try:
@@ -147,7 +164,7 @@ class _Battery:
                         size=size,
                     )
                 )
-            except (DriverError, Invalid) as exc:
+            except (DriverError, Invalid, RequestRefused, UnknownDevice) as exc:
                 self.problems.append(f"{name}: preferred_allocation(size={size}) failed: {exc}")
                 continue
             if chosen is None:
@@ -232,6 +249,14 @@ async def _run(
         await battery.call("devicehost_notes")
     except DriverError as exc:
         raise ConformanceError(battery.driver, [str(exc)]) from exc
+    except DriverUnavailable as exc:  # from configure or resources: nothing to check here
+        raise ConformanceError(
+            battery.driver,
+            [
+                f"the driver is unavailable on this root: {exc} (give check_driver a root "
+                "with its hardware, or simulated=True)"
+            ],
+        ) from exc
     battery.problems += [f"resources returned an invalid resource: {p}" for p in problems]
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
