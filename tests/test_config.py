@@ -98,6 +98,12 @@ def test_bad_env_value_names_the_variable():
         ),
         ("apiVersion: devicehost/v1\nkind: Other\n", "kind: expected 'HostConfig', got 'Other'"),
         ("- a\n- b\n", "expected a HostConfig mapping at the top level"),
+        (
+            "root: /host\n",
+            "apiVersion: missing; every config file starts with 'apiVersion: devicehost/v1' "
+            "and 'kind: HostConfig'",
+        ),
+        ("apiVersion: devicehost/v1\n", "kind: missing; every config file starts with"),
         ("a: [\n", "not valid YAML"),
     ],
 )

@@ -66,3 +66,10 @@ def test_allocate_contract_is_stated_alike_everywhere():
     ):
         assert "UnknownDevice(resource, device_id)" in text, where
     assert "has already refused unknown IDs" not in HOOKS_DOC
+
+
+def test_configuration_says_apiversion_and_kind_are_required():
+    """docs/configuration.md says a file needs apiVersion and kind, outside any example."""
+    prose = CONFIG_DOC.split("## Example")[0]
+    assert "both lines are required" in prose
+    assert "apiVersion: devicehost/v1\nkind: HostConfig\n" in prose

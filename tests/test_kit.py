@@ -56,6 +56,37 @@ def test_fake_root_writes_create_their_parents_and_replace_what_was_there(tmp_pa
     assert link.readlink() == Path("../../../devices/b")
 
 
+def test_fake_root_symlink_takes_a_sysfs_style_relative_target(tmp_path):
+    """A relative target is read from the link's directory, as the kernel writes sysfs
+    links: the link resolves to the device, not to a broken path."""
+    root = FakeRoot(tmp_path / "root")
+    device = root.mkdir("/sys/devices/pci0000:00/0000:3b:00.0")
+    link = root.symlink(
+        "/sys/bus/pci/devices/0000:3b:00.0", "../../../devices/pci0000:00/0000:3b:00.0"
+    )
+    assert link.readlink() == Path("../../../devices/pci0000:00/0000:3b:00.0")
+    assert link.resolve(strict=True) == device.resolve()
+
+
+def test_fake_root_symlink_refuses_a_target_outside_the_tree(tmp_path):
+    """A relative target that climbs out of the fake root is refused, naming the link."""
+    root = FakeRoot(tmp_path / "root")
+    with pytest.raises(
+        ValueError, match=r"symlink /sys/class/x -> \.\./\.\./\.\./\.\./etc: .*outside"
+    ):
+        root.symlink("/sys/class/x", "../../../../etc")
+    assert not root.at("/sys/class/x").is_symlink()
+
+
+def test_fake_pci_device_returns_its_root_relative_path(tmp_path):
+    """pci_device returns the device's path from the root, with its leading slash, as its
+    docstring says; the other helpers take it as it is."""
+    root = FakeRoot(tmp_path)
+    rel = root.pci_device("0000:3b:00.0", vendor="0x15b3", device="0x1017")
+    assert rel == "/sys/devices/pci0000:00/0000:3b:00.0"
+    assert root.write(f"{rel}/net/eth0/address", "aa").parent.parent.parent == root.at(rel)
+
+
 def test_fake_root_files_are_not_executable(tmp_path):
     """Attributes and device stand-ins are plain files, as sysfs shows them (rw, no x)."""
     root = FakeRoot(tmp_path)

@@ -473,12 +473,14 @@ def _from_file(path: Path) -> dict[str, Any]:
         doc = {}
     if not isinstance(doc, dict):
         raise ConfigError(source, "", "expected a HostConfig mapping at the top level")
-    api_version = doc.pop("apiVersion", None)
-    kind = doc.pop("kind", None)
-    if api_version != API_VERSION:
-        raise ConfigError(source, "apiVersion", f"expected {API_VERSION!r}, got {api_version!r}")
-    if kind != KIND:
-        raise ConfigError(source, "kind", f"expected {KIND!r}, got {kind!r}")
+    # Both are required, so a later version of the format can never be misread as this one.
+    header = f"every config file starts with 'apiVersion: {API_VERSION}' and 'kind: {KIND}'"
+    for key, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
+        value = doc.pop(key, None)
+        if value is None:
+            raise ConfigError(source, key, f"missing; {header}")
+        if value != expected:
+            raise ConfigError(source, key, f"expected {expected!r}, got {value!r}; {header}")
     values: dict[str, Any] = {}
     for key, raw in _flatten(doc).items():
         setting = _BY_KEY.get(key)

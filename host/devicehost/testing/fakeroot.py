@@ -42,7 +42,8 @@ class FakeRoot:
         return os.path.join(self._base, rel.lstrip("/"))
 
     def write(self, rel: str, text: str = "") -> Path:
-        """Write a file (a sysfs attribute ends with a newline, as the kernel writes it)."""
+        """Write a file (a sysfs attribute ends with a newline, as the kernel writes it),
+        creating its parents; return its real path."""
         target = self._real(rel)
         data = (text if text.endswith("\n") or not text else text + "\n").encode()
         fd = _with_parents(target, lambda: os.open(target, NEW_FILE | os.O_TRUNC, 0o666))
@@ -55,14 +56,32 @@ class FakeRoot:
         return Path(target)
 
     def mkdir(self, rel: str) -> Path:
+        """Make a directory and its parents; return its real path."""
         target = self._real(rel)
         os.makedirs(target, exist_ok=True)
         return Path(target)
 
     def symlink(self, rel: str, target: str) -> Path:
-        """Link ``rel`` to ``target`` (both root-relative), with a relative link text."""
+        """Link ``rel`` (root-relative) to ``target`` and return the link's real path.
+
+        ``target`` is either root-relative when it starts with ``/`` (``/sys/devices/x``),
+        or relative to the link's directory as the kernel writes sysfs links
+        (``../../devices/x``). Either way the link text is relative, so the tree resolves
+        wherever it is mounted; a target outside the fake root is refused."""
         link = self._real(rel)
-        text = os.path.relpath(self._real(target), os.path.dirname(link))
+        directory = os.path.dirname(link)
+        if target.startswith("/"):
+            text = os.path.relpath(self._real(target), directory)
+        else:
+            text = target
+            base = os.path.abspath(self._base)
+            resolved = os.path.abspath(os.path.join(directory, target))
+            if os.path.commonpath([base, resolved]) != base:
+                raise ValueError(
+                    f"symlink {rel} -> {target}: the target is outside the fake root "
+                    f"{self._base}; give it relative to the link's directory, inside the "
+                    "tree, or root-relative with a leading '/'"
+                )
         try:
             _with_parents(link, lambda: os.symlink(text, link))
         except FileExistsError:
@@ -71,7 +90,8 @@ class FakeRoot:
         return Path(link)
 
     def char_device(self, rel: str) -> Path:
-        """A stand-in for a device node: an empty file (no mknod, so no root needed)."""
+        """A stand-in for a device node: an empty file (no mknod, so no root needed);
+        return its real path."""
         target = self._real(rel)
         os.close(_with_parents(target, lambda: os.open(target, NEW_FILE, 0o666)))
         return Path(target)
@@ -98,7 +118,10 @@ class FakeRoot:
         bus: str = "pci0000:00",
     ) -> str:
         """A PCI function: ``/sys/devices/<bus>/<address>`` with its attributes and the
-        ``/sys/bus/pci/devices/<address>`` link. Returns the device's root-relative path."""
+        ``/sys/bus/pci/devices/<address>`` link. Returns the device's root-relative path with
+        its leading slash (``/sys/devices/pci0000:00/0000:3b:00.0``), ready to pass to the
+        other helpers (``write(f"{path}/net/eth0/address", ...)``); ``at(path)`` is its
+        real path."""
         rel = f"/sys/devices/{bus}/{address}"
         existing = self.at(f"/sys/bus/pci/devices/{address}")
         if os.path.exists(existing):
