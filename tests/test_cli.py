@@ -360,6 +360,72 @@ def test_demo_lists_the_nodes_it_can_simulate():
         assert re.search(rf"^  {name} +\S", out, re.MULTILINE), out
 
 
+def contributing_site(tmp_path: Path) -> Path:
+    """A site where one distribution publishes the machine robot-box and another a machine
+    whose description cannot be imported."""
+    site = tmp_path / "site"
+    write_distribution(
+        site,
+        "devicehost-robots",
+        {"devicehost.nodes": {"robot-box": "testdrivers.author_kit:ROBOT_BOX"}},
+    )
+    write_distribution(
+        site, "devicehost-broken-box", {"devicehost.nodes": {"broken-box": "testdrivers.nowhere:X"}}
+    )
+    return site
+
+
+def test_demo_lists_machines_installed_drivers_contribute(tmp_path):
+    """A distribution's devicehost.nodes entry points appear in `demo --list-nodes` with
+    their descriptions and publisher; one whose description fails to import is still
+    listed, saying why, and the others are unaffected."""
+    out = devicehost("demo", "--list-nodes", site=contributing_site(tmp_path)).stdout
+    assert re.search(
+        r"^  robot-box +Robot box: a stand-in machine a third-party driver publishes "
+        r"\[devicehost-robots\]$",
+        out,
+        re.MULTILINE,
+    ), out
+    assert re.search(r"^  broken-box +\(description not loaded: ModuleNotFoundError", out, re.M)
+    assert re.search(r"^  template-box +A widget box", out, re.MULTILINE), out
+    assert re.search(r"^  dgx-h100 +NVIDIA DGX H100", out, re.MULTILINE), out
+
+
+def test_a_contributed_machine_is_a_valid_node(tmp_path):
+    """`--node` accepts a machine an installed distribution publishes."""
+    result = devicehost(
+        "devices", "--simulate", "--node", "robot-box", "--drivers", "template",
+        site=contributing_site(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "no resources on this node"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("devices", "--simulate"),
+        ("drivers", "--simulate"),
+        ("config", "--simulate"),
+        ("demo",),
+        ("run", "--simulate", "--metrics-address", "", "--pod-resources-socket", ""),
+    ],
+    ids=lambda c: c[0],
+)
+def test_an_unknown_node_is_an_error_listing_the_known_ones(tmp_path, command):
+    """`--node nosuch` exits 2 in every command, before anything is built or served, with
+    the valid names listed (published and contributed)."""
+    extra = ("--plugin-dir", str(tmp_path)) if command[0] == "run" else ()
+    result = devicehost(*command, *extra, "--node", "nosuch", site=contributing_site(tmp_path))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith(
+        "devicehost: config error: flag --node: simulateNode: no simulated machine is named "
+        "'nosuch'; known: dgx-h100, atlas-800-9000, atlas-800t-a2, atlas-800-3000, "
+    ), result.stderr
+    assert "robot-box" in result.stderr and "template-box" in result.stderr
+    assert result.stdout == ""
+
+
 def test_otlp_credentials_never_reach_the_output_or_the_log(tmp_path, plugin_dir, kubelet):
     """With user:password in the OTLP endpoint, neither `devicehost config` nor a `devicehost
     run` that exports spans to it (and fails to: nothing listens) prints the password."""

@@ -378,6 +378,10 @@ def _command(args: argparse.Namespace) -> int:
         return 0
     try:
         config = _load(args)
+        if config.simulate_node:  # a typo would build an empty node and serve it as meant
+            from devicehost.machines import check_node
+
+            check_node(config.simulate_node, _node_source(args))
     except ConfigError as exc:
         print(f"devicehost: config error: {exc}", file=sys.stderr)
         return 2
@@ -417,6 +421,15 @@ def _command(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"devicehost: config error: {exc}", file=sys.stderr)
         return 2
+
+
+def _node_source(args: argparse.Namespace) -> str:
+    """Where ``simulateNode`` came from, for its error: the flag, the env var or the file."""
+    if getattr(args, "simulate_node", None):
+        return "flag --node"
+    if os.environ.get("DEVICEHOST_SIMULATE_NODE"):
+        return "env DEVICEHOST_SIMULATE_NODE"
+    return str(getattr(args, "config", None) or os.environ.get("DEVICEHOST_CONFIG") or "config")
 
 
 def _setup_logging(config: HostConfig, level: str) -> None:

@@ -329,7 +329,8 @@ SETTINGS: tuple[Setting, ...] = (
         "simulate_node",
         _text,
         "DEVICEHOST_SIMULATE_NODE",
-        "with simulate: the published machine to simulate (devicehost demo --list-nodes)",
+        "with simulate: the machine to simulate, published or a driver's own "
+        "(devicehost demo --list-nodes)",
     ),
     Setting(
         "log.format",

@@ -38,26 +38,15 @@ METRICS_SHOWN = (
 )
 
 
-#: Published machines a simulation can copy (``--node NAME``). Each driver builds its own
-#: part of the machine (and nothing when it has none of that hardware); the sources of
-#: each layout are named in the drivers' fixtures.
-KNOWN_NODES: dict[str, str] = {
-    "dgx-h100": "NVIDIA DGX H100: 8x H100 SXM5 80GB on NVSwitch over 2 NUMA nodes, 8 "
-    "ConnectX-7 400G InfiniBand compute NICs, 2 dual-port ConnectX-7 storage NICs, an "
-    "Intel E810 management NIC",
-    "atlas-800-9000": "Huawei Atlas 800 training server (model 9000): 8x Ascend 910 in two "
-    "HCCS rings (0-3, 4-7)",
-    "atlas-800t-a2": "Huawei Atlas 800T A2 training server: 8x Ascend 910B, fully meshed",
-    "atlas-800-3000": "Huawei Atlas 800 inference server (model 3000): Atlas 300I Pro/Duo "
-    "cards with Ascend 310P",
-}
-
-
 def list_nodes() -> None:
-    """Print the machines ``--node`` names, one line each."""
+    """Print the machines ``--node`` names, one line each, and who publishes a contributed
+    one."""
+    from devicehost.machines import machines
+
     print("machines `devicehost demo --node NAME` (and `run --simulate --node NAME`) build:")
-    for name, text in KNOWN_NODES.items():
-        print(f"  {name:<16} {text}")
+    for machine in machines():
+        source = "" if machine.distribution == "devicehost" else f" [{machine.distribution}]"
+        print(f"  {machine.name:<16} {machine.description}{source}")
     print("  (no --node)      each driver's own default node")
 
 
@@ -237,9 +226,7 @@ def run_demo(config: HostConfig, keep_running: bool = False) -> int:
             node_name=config.node_name or "demo-node",
             otlp_endpoint=receiver.endpoint if receiver else config.otlp_endpoint,
         )
-        node = config.simulate_node
-        if node and node not in KNOWN_NODES:
-            print(f"devicehost demo: {node!r} is not a machine this host knows (see --list-nodes)")
+        node = config.simulate_node  # checked against the known machines by the command
         print(
             f"devicehost demo: simulated node {node or '(each driver default)'}, kubelet "
             f"stand-in in {plugin_dir}"

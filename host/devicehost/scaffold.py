@@ -71,6 +71,7 @@ def write_driver(name: str, dest: Path | None = None, *, resource: str | None = 
         (f"drivers.{TEMPLATE_NAME}", f"drivers.{name}"),
         (f"  {TEMPLATE_NAME}:\n", f"  {name}:\n"),
         (f"--drivers {TEMPLATE_NAME}", f"--drivers {name}"),
+        (f"{TEMPLATE_NAME}-box", f"{name}-box"),
     ]
     for path in sorted(source.rglob("*")):
         relative = path.relative_to(source)

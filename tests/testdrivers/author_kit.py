@@ -55,3 +55,7 @@ class Absent:
     @hookimpl
     def devicehost_configure(self, config: Mapping[str, Any]) -> None:
         raise DriverUnavailable("no widget hardware on this node")
+
+
+#: A machine a third-party distribution publishes (entry-point group devicehost.nodes).
+ROBOT_BOX = "Robot box: a stand-in machine a third-party driver publishes"

@@ -36,6 +36,11 @@ RESOURCE = "example.com/widget"
 VISIBLE = "WIDGET_VISIBLE_DEVICES"
 WATCH_PERIOD_SECONDS = 0.1
 DEFAULT_COUNT = 4
+#: This driver's own simulated machine, for ``--node`` (published through the
+#: ``devicehost.nodes`` entry point in pyproject.toml; ``devicehost demo --list-nodes``).
+MACHINE = "template-box"
+MACHINE_DESCRIPTION = "A widget box: 8 widgets over 2 NUMA nodes, this driver's own machine"
+MACHINE_WIDGETS = 8
 
 
 class _Settings:
@@ -82,17 +87,21 @@ def _numa_nodes(root: Path, name: str) -> tuple[int, ...]:
 
 @hookimpl
 def devicehost_simulate(root: Path, config: Mapping[str, Any], node: str) -> None:
-    """Build ``simulatedCount`` widgets, all healthy, on NUMA nodes 0 and 1.
+    """Build ``simulatedCount`` widgets (``MACHINE_WIDGETS`` on ``--node MACHINE``), all
+    healthy, on NUMA nodes 0 and 1.
 
-    Widgets are on none of the published machines ``--node`` names, so a named node
-    gets none (the driver then serves nothing there, as on a real node without them).
+    Widgets are on none of the other machines ``--node`` names, so those get none (the
+    driver then serves nothing there, as on a real node without them).
     """
-    if node:
+    if node == MACHINE:
+        count = MACHINE_WIDGETS
+    elif node:
         return
-    try:
-        count = simulated_count(config)
-    except ValueError:
-        count = DEFAULT_COUNT  # configure, called next, reports the bad value as config
+    else:
+        try:
+            count = simulated_count(config)
+        except ValueError:
+            count = DEFAULT_COUNT  # configure, called next, reports the bad value as config
     for index in range(count):
         (root / "dev").mkdir(parents=True, exist_ok=True)
         (root / "dev" / f"widget{index}").touch()

@@ -7,7 +7,7 @@ The kit's fixtures (``fake_root``, ``kubelet``, ``run_host``) come with deviceho
 from __future__ import annotations
 
 import pytest
-from devicehost_template.driver import NAME, RESOURCE, VISIBLE
+from devicehost_template.driver import MACHINE, MACHINE_WIDGETS, NAME, RESOURCE, VISIBLE
 
 from devicehost import Health
 from devicehost.testing import ConformanceError, FakeRoot, check_driver
@@ -24,6 +24,12 @@ def test_simulated_count_shapes_the_simulated_node(fake_root: FakeRoot) -> None:
     """The simulation follows the driver's config section: simulatedCount widgets."""
     report = check_driver(NAME, fake_root, config={"simulatedCount": 2}, simulated=True)
     assert report.devices == {RESOURCE: 2}
+
+
+def test_own_machine_is_built_by_name(fake_root: FakeRoot) -> None:
+    """``--node`` naming this driver's own machine builds its widgets."""
+    report = check_driver(NAME, fake_root, simulated=True, node=MACHINE)
+    assert report.devices == {RESOURCE: MACHINE_WIDGETS}
 
 
 def test_bad_config_is_refused_naming_the_key(fake_root: FakeRoot) -> None:
