@@ -73,3 +73,93 @@ def test_configuration_says_apiversion_and_kind_are_required():
     prose = CONFIG_DOC.split("## Example")[0]
     assert "both lines are required" in prose
     assert "apiVersion: devicehost/v1\nkind: HostConfig\n" in prose
+
+
+REFERENCE = (ROOT / "docs" / "reference.md").read_text()
+
+
+def _public_names() -> list[tuple[str, object]]:
+    """Every public name a driver author uses: the package's, the kit's, sysfs's, and the
+    types the kubelet stand-in returns."""
+    import devicehost
+    import devicehost.testing as kit
+    from devicehost import sysfs
+    from devicehost.testing.kubelet import PluginOptions, Registration
+
+    names = [(n, getattr(devicehost, n)) for n in devicehost.__all__ if n != "__version__"]
+    names += [(n, getattr(kit, n)) for n in kit.__all__]
+    names += [(n, getattr(sysfs, n)) for n in sysfs.__all__]
+    return [*names, ("Registration", Registration), ("PluginOptions", PluginOptions)]
+
+
+def _parameters(function: object) -> list[str]:
+    import inspect
+
+    try:
+        signature = inspect.signature(function)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return []
+    return [p for p in signature.parameters if p not in ("self", "cls")]
+
+
+def _parts(obj: object) -> list[str]:
+    """What a name's section must mention: fields, constructor and function parameters,
+    enum members, public methods and properties (with their parameters)."""
+    import dataclasses
+    import enum
+    import inspect
+
+    if not inspect.isclass(obj):
+        return _parameters(obj) if callable(obj) and inspect.isfunction(obj) else []
+    parts: list[str] = []
+    if issubclass(obj, enum.Enum):
+        return [member.name for member in obj]
+    if dataclasses.is_dataclass(obj):
+        parts += [f.name for f in dataclasses.fields(obj)]
+    elif "__init__" in vars(obj):
+        parts += [p for p in _parameters(obj.__init__) if p not in ("args", "kwargs")]
+    for name, member in vars(obj).items():
+        if name.startswith("_") or name in parts:
+            continue
+        if isinstance(member, property) or inspect.isfunction(member):
+            parts.append(name)
+        if inspect.isfunction(member):
+            parts += _parameters(member)
+    return list(dict.fromkeys(parts))
+
+
+def _section(name: str) -> str | None:
+    import re
+
+    found = re.search(
+        rf"^### `{re.escape(name)}`\n(.*?)(?=^##+ |\Z)", REFERENCE, re.MULTILINE | re.DOTALL
+    )
+    return found.group(1) if found else None
+
+
+@pytest.mark.parametrize(
+    ("name", "obj"), _public_names(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_every_public_name_is_in_the_reference(name, obj):
+    """docs/reference.md has a section for each public type, error and kit function, and
+    it names every field, parameter, method and property of it (in code spans)."""
+    import re
+
+    section = _section(name)
+    assert section is not None, f"docs/reference.md has no '### `{name}`' section"
+    alias = next((n for n, o in _public_names() if o is obj and n != name), None)
+    if alias and f"same type as `{alias}`" in section:
+        return  # documented with the type it names
+    spans = re.findall(r"`([^`]+)`", section)
+    missing = [
+        part
+        for part in _parts(obj)
+        if not any(re.search(rf"(?<![\w]){re.escape(part)}(?!\w)", span) for span in spans)
+    ]
+    assert missing == [], f"docs/reference.md, {name}: not documented: {missing}"
+
+
+def test_every_hook_is_in_the_reference():
+    """docs/reference.md's hook table names every hook."""
+    missing = [hook for hook in HOOK_NAMES if f"| `{hook}` |" not in REFERENCE]
+    assert missing == []

@@ -196,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--dest", type=Path, metavar="DIR", help="where to write it (default: ./devicehost-NAME)"
     )
     new.add_argument(
-        "--resource", metavar="DOMAIN/NAME", help="resource name (default: NAME.example.com/device)"
+        "--resource", metavar="DOMAIN/NAME", help="resource name (default: NAME.example.com/widget)"
     )
     return parser
 
@@ -369,7 +369,11 @@ def _command(args: argparse.Namespace) -> int:
         except ScaffoldError as exc:
             print(f"devicehost new-driver: {exc}", file=sys.stderr)
             return 2
-        print(f"wrote {dest}; next: cd {dest} && pip install -e . && pytest")
+        from devicehost.scaffold import next_steps
+
+        print(f"wrote {dest}; next, install it beside this devicehost and run its tests:")
+        for step in next_steps(dest):
+            print(f"  {step}")
         return 0
     if args.command == "demo" and args.list_nodes:
         from devicehost.demo import list_nodes

@@ -23,12 +23,12 @@ from pathlib import Path
 
 from devicehost.config import HostConfig, redact_url
 from devicehost.errors import DriverError
-from devicehost.model import ContainerEdits
 from devicehost.telemetry import tracing
 from devicehost.testing.hostthread import HostThread
 from devicehost.testing.kubelet import KubeletStandIn
 from devicehost.testing.otlp import OtlpReceiver, attributes
 from devicehost.testing.podresources import PodResourcesStandIn
+from devicehost.testing.serve import describe
 
 METRICS_SHOWN = (
     "devicehost_devices",
@@ -52,18 +52,6 @@ def list_nodes() -> None:
 
 def _step(title: str) -> None:
     print(f"\n== {title}", flush=True)
-
-
-def _describe(edits: ContainerEdits) -> str:
-    parts = [f"env {k}={v}" for k, v in sorted(edits.envs.items())]
-    parts += [f"device {d.host_path}->{d.container_path} ({d.permissions})" for d in edits.devices]
-    parts += [
-        f"mount {m.host_path}->{m.container_path}{' ro' if m.read_only else ''}"
-        for m in edits.mounts
-    ]
-    parts += [f"cdi {name}" for name in edits.cdi_devices]
-    parts += [f"annotation {k}={v}" for k, v in sorted(edits.annotations.items())]
-    return "\n      ".join(parts) or "(nothing)"
 
 
 class Tour:
@@ -118,10 +106,8 @@ class Tour:
             if self.kubelet.options(name).pre_start_required:
                 self.kubelet.pre_start(name, chosen)
             ms = (time.perf_counter() - started) * 1000
-            print(
-                f"  {name} <- {chosen[0]} for demo/pod-{number} in {ms:.1f} ms:\n      "
-                f"{_describe(container)}"
-            )
+            edits = "\n      ".join(describe(container))
+            print(f"  {name} <- {chosen[0]} for demo/pod-{number} in {ms:.1f} ms:\n      {edits}")
 
     def health_flip(self) -> None:
         for name, resource in self.resources.items():

@@ -132,6 +132,6 @@ def machines() -> list[Machine]:
         if entry.name in seen:
             continue  # two distributions publish one name: the first (by name) describes it
         seen.add(entry.name)
-        text = descriptions.get(entry.value, "(description not loaded)")
-        found.append(Machine(entry.name, " ".join(text.split())[:MAX_DESCRIPTION], entry.distribution))
+        text = " ".join(descriptions.get(entry.value, "(description not loaded)").split())
+        found.append(Machine(entry.name, text[:MAX_DESCRIPTION], entry.distribution))
     return found

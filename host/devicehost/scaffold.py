@@ -9,8 +9,12 @@ changes, and the copy depends on devicehost only through its published name.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
+import shlex
 import shutil
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -35,6 +39,33 @@ def template_dir() -> Path:
     if (checkout / "pyproject.toml").is_file():
         return checkout
     raise ScaffoldError("the driver template is missing from this devicehost installation")
+
+
+def next_steps(dest: Path) -> list[str]:
+    """The commands that install the written driver beside this devicehost and run its
+    tests: into this very environment (a fresh one could not find devicehost), with its
+    pip, or with uv where it has none (as the development environment does not)."""
+    python = sys.executable
+    project = shlex.quote(f"{_shown(dest)}[test]")
+    if importlib.util.find_spec("pip") is not None:
+        install = f"{shlex.quote(python)} -m pip install -e {project}"
+    else:
+        uv = shutil.which("uv") or _checkout_uv() or "uv"
+        install = f"{shlex.quote(uv)} pip install --python {shlex.quote(python)} -e {project}"
+    return [install, f"cd {shlex.quote(_shown(dest))} && {shlex.quote(python)} -m pytest"]
+
+
+def _shown(path: Path) -> str:
+    """``path`` as a command line shows it best: ``./x`` below the current directory (a
+    path to pip and uv, never a package name), else absolute."""
+    relative = os.path.relpath(path)
+    return str(Path(path).resolve()) if relative.startswith("..") else f"./{relative}"
+
+
+def _checkout_uv() -> str | None:
+    """The uv of a source checkout's ``make setup`` (``.tools/bin/uv``), if this is one."""
+    uv = Path(__file__).resolve().parents[2] / ".tools" / "bin" / "uv"
+    return _shown(uv) if uv.is_file() else None
 
 
 def _check_name(name: str) -> None:

@@ -4,6 +4,8 @@
 - ``FakeRoot``: fake sysfs and /dev trees under a directory.
 - ``check_driver``: the conformance battery every driver runs on itself.
 - ``HostThread``: a real host running in a background thread.
+- ``serve_driver``: serve one installed driver to the stand-in outside pytest, and print
+  what the kubelet saw (``python -m devicehost.testing serve NAME``).
 - ``OtlpReceiver``: an in-process OTLP/gRPC trace receiver.
 - ``PodResourcesStandIn``: the kubelet's PodResources API on a unix socket.
 - ``write_distribution``: make a module discoverable through entry points, no wheel needed.
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from devicehost.testing.kubelet import KubeletStandIn as KubeletStandIn
     from devicehost.testing.otlp import OtlpReceiver as OtlpReceiver
     from devicehost.testing.podresources import PodResourcesStandIn as PodResourcesStandIn
+    from devicehost.testing.serve import serve_driver as serve_driver
 
 _HOMES = {
     "ConformanceError": "conformance",
@@ -40,6 +43,7 @@ _HOMES = {
     "KubeletStandIn": "kubelet",
     "OtlpReceiver": "otlp",
     "PodResourcesStandIn": "podresources",
+    "serve_driver": "serve",
 }
 
 __all__ = sorted(_HOMES)
