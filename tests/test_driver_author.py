@@ -5,8 +5,10 @@ never inside --root, and the documented surface matches the code."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 
 from devicehost import ContainerEdits, Device, DeviceNode, Health, sysfs
 from devicehost.errors import ConfigError
-from devicehost.testing import FakeRoot
+from devicehost.testing import FakeRoot, write_distribution
 from devicehost.testing.kubelet import PluginOptions, Registration
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -169,3 +171,156 @@ def test_every_kit_name_is_documented_with_its_return():
 
     missing = [name for name in kit.__all__ if not re.search(rf"`{name}\b", REFERENCE)]
     assert missing == []
+
+
+def kit_command(*args: str) -> list[str]:
+    """``python -m devicehost.testing ARGS`` as a child process's argv."""
+    return [sys.executable, "-m", "devicehost.testing", *args]
+
+
+def kit_env(site: Path | None = None) -> dict[str, str]:
+    paths = [str(ROOT / "tests"), *([str(site)] if site else [])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+def test_serve_shows_registration_devices_and_an_allocate_answer():
+    """`python -m devicehost.testing serve` serves the installed template outside pytest
+    and prints its simulated tree, its registration, its devices and an Allocate answer."""
+    result = subprocess.run(
+        kit_command("serve", "template", "--driver-config", "{simulatedCount: 2}"),
+        capture_output=True, text=True, timeout=120, env=kit_env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert out.startswith("driver template: active (devicehost-template ")
+    tree = re.search(r"^  simulated tree: (\S+)$", out, re.MULTILINE)
+    assert tree and Path(tree.group(1)).name == "template"
+    assert Path(tree.group(1)).parent.name.startswith("devicehost-sim-")
+    assert (
+        "example.com/widget\n"
+        "  registered: endpoint devicehost-example.com_widget.sock, version v1beta1, "
+        "pre-start False, preferred allocation True\n"
+        "  devices (2, 2 healthy):\n"
+    ) in out
+    assert re.search(r"^    widget1 +Healthy +numa 1$", out, re.MULTILINE)
+    assert (
+        "  Allocate ['widget0']:\n"
+        "    env WIDGET_VISIBLE_DEVICES=widget0\n"
+        "    device /dev/widget0->/dev/widget0 (rw)\n"
+    ) in out
+    assert not Path(tree.group(1)).exists()  # removed when it stopped
+
+
+def test_serve_allocates_the_devices_asked_for_and_reports_a_refusal():
+    """--allocate chooses the devices; an ID the driver does not have is refused, shown
+    with the gRPC code, and the command exits 1."""
+    ok = subprocess.run(
+        kit_command("serve", "template", "--allocate", "widget3,widget1"),
+        capture_output=True, text=True, timeout=120, env=kit_env(),
+    )  # fmt: skip
+    assert "    env WIDGET_VISIBLE_DEVICES=widget3,widget1\n" in ok.stdout, ok.stdout + ok.stderr
+    refused = subprocess.run(
+        kit_command("serve", "template", "--allocate", "widget9"),
+        capture_output=True, text=True, timeout=120, env=kit_env(),
+    )  # fmt: skip
+    assert refused.returncode == 1
+    assert (
+        "  Allocate ['widget9']: refused, INVALID_ARGUMENT: unknown device ID 'widget9' for "
+        "resource 'example.com/widget'"
+    ) in refused.stdout
+
+
+def test_serve_keep_running_prints_each_new_device_list():
+    """With --keep-running the driver keeps serving: a fault written into its simulated
+    tree arrives as a new list with the device Unhealthy, and Ctrl-C ends it cleanly."""
+    import queue
+    import signal
+    import threading
+
+    process = subprocess.Popen(
+        kit_command("serve", "template", "--keep-running"),
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=kit_env(),
+    )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in process.stdout], daemon=True).start()
+
+    def wait_for(pattern: str) -> re.Match[str]:
+        while True:
+            line = lines.get(timeout=60)
+            found = re.search(pattern, line)
+            if found:
+                return found
+
+    try:
+        tree = Path(wait_for(r"^  simulated tree: (\S+)$").group(1))
+        wait_for(r"^serving; Ctrl-C to stop$")
+        (tree / "sys/class/widget/widget1/health").write_text("fault\n")
+        wait_for(r"^    widget1 +Unhealthy +numa 1$")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 0
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_check_command_passes_a_keeping_driver_and_lists_a_breaking_ones_problems(tmp_path):
+    """`python -m devicehost.testing check` runs the battery from a shell: exit 0 with the
+    counts for the template, exit 1 with the problem for a driver that breaks the
+    allocate contract."""
+    passed = subprocess.run(
+        kit_command("check", "template"), capture_output=True, text=True, timeout=120,
+        env=kit_env(),
+    )  # fmt: skip
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert "driver template: every conformance check passed\n" in passed.stdout
+    assert "  example.com/widget: 4 devices, 4 healthy\n" in passed.stdout
+    site = tmp_path / "site"
+    write_distribution(
+        site,
+        "devicehost-accepting",
+        {"devicehost.drivers": {"accepting": "testdrivers.conformance_cases:Accepting"}},
+    )
+    failed = subprocess.run(
+        kit_command("check", "accepting"), capture_output=True, text=True, timeout=120,
+        env=kit_env(site),
+    )  # fmt: skip
+    assert failed.returncode == 1
+    assert "allocate accepted the unknown ID" in failed.stdout
+
+
+def test_serve_an_unknown_node_is_a_config_error():
+    """serve refuses a --node no machine has, listing the known ones (exit 2)."""
+    result = subprocess.run(
+        kit_command("serve", "template", "--node", "nosuch"),
+        capture_output=True, text=True, timeout=120, env=kit_env(),
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "no simulated machine is named 'nosuch'; known: dgx-h100" in result.stdout
+
+
+def test_where_a_simulation_lives_is_documented_and_true(kubelet, run_host):
+    """writing-a-driver.md says where a simulated tree is made and that each driver gets
+    its own folder named after it; a running host's tree is there."""
+    from devicehost.simulation import SHARED_MEMORY_DIR, SIM_PREFIX, simulation_dir
+
+    section = WRITING.split("### Where a simulation lives", 1)[1].split("\n## ", 1)[0]
+    for fact in (
+        f"`{SIM_PREFIX}<random>`",
+        "`$TMPDIR`",
+        f"`{SHARED_MEMORY_DIR}`",
+        "`<tree>/<driver>`",
+    ):
+        assert fact in section, fact
+    host = run_host(enabledDrivers=["template"], simulate=True)
+    tree = host.simulated_root("template").path
+    assert tree.name == "template"
+    assert tree.parent.name.startswith(SIM_PREFIX) and tree.parent.parent == simulation_dir()
+
+
+def test_an_entry_point_change_needs_a_reinstall_says_the_guide():
+    """writing-a-driver.md says a changed entry point (module to class) needs the project
+    installed again, and the template's pyproject says so beside its entry points."""
+    assert "**install the project again**" in WRITING
+    assert "module turned into\n`module:ClassName`" in WRITING
+    pyproject = (ROOT / "drivers/_template/pyproject.toml").read_text()
+    assert "after changing one, install the project again" in pyproject

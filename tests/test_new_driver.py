@@ -6,6 +6,7 @@ kubelet by `devicehost run --simulate` and `devicehost demo` — with no edit.""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from devicehost.testing import KubeletStandIn
 ROOT = Path(__file__).resolve().parent.parent
 UV = os.environ.get("UV") or shutil.which("uv") or shutil.which("uv", path=ROOT / ".tools/bin")
 RESOURCE = "acme.example.com/widget"
+WRITING = (ROOT / "docs" / "writing-a-driver.md").read_text()
+NEXT = "next, install it beside this devicehost and run its tests:\n"
 
 
 def run(*args: object, cwd: Path | None = None, timeout: float = 120) -> str:
@@ -32,25 +35,60 @@ def run(*args: object, cwd: Path | None = None, timeout: float = 120) -> str:
 
 
 @pytest.fixture(scope="module")
-def stranger(tmp_path_factory) -> tuple[Path, Path]:
-    """`devicehost new-driver acme` in a temporary directory outside the repository, then a
-    fresh venv with only devicehost's wheel, the new driver's wheel and pytest."""
+def devicehost_wheel(tmp_path_factory) -> Path:
+    """devicehost built as a wheel, as it would be published."""
     if UV is None:
         pytest.skip("uv is not available to build wheels (run the tests through `make test`)")
+    wheels = tmp_path_factory.mktemp("devicehost-wheel")
+    run(UV, "build", "--wheel", "--quiet", "--out-dir", wheels, ROOT)
+    (wheel,) = wheels.glob("devicehost-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def stranger(tmp_path_factory, devicehost_wheel) -> tuple[Path, Path]:
+    """`devicehost new-driver acme` in a temporary directory outside the repository, then a
+    fresh venv (uv's: no pip in it) with only devicehost's wheel, the new driver's wheel and
+    pytest."""
     work = tmp_path_factory.mktemp("stranger")
     assert ROOT not in work.parents
     project = work / "devicehost-acme"
     run(sys.executable, "-m", "devicehost.cli", "new-driver", "acme", "--dest", project)
     wheels = work / "wheels"
-    for source in (ROOT, project):
-        run(UV, "build", "--wheel", "--quiet", "--out-dir", wheels, source)
+    run(UV, "build", "--wheel", "--quiet", "--out-dir", wheels, project)
     venv = work / "venv"
     run(UV, "venv", "--quiet", "--python", sys.executable, venv)
     run(
         UV, "pip", "install", "--quiet", "--python", venv / "bin" / "python",
-        *sorted(wheels.glob("*.whl")), "pytest",
+        devicehost_wheel, *sorted(wheels.glob("*.whl")), "pytest",
     )  # fmt: skip
     return project, venv
+
+
+def shell(script: str, cwd: Path, venv: Path, *path: str) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in bash as a user of ``venv`` would: its bin first on PATH (so
+    ``python`` and ``devicehost`` are the venv's), nothing of this checkout importable."""
+    env = {**os.environ, "VIRTUAL_ENV": str(venv)}
+    env["PATH"] = os.pathsep.join([str(venv / "bin"), *path, env.get("PATH", "")])
+    for name in ("PYTHONPATH", "DEVICEHOST_CONFIG", "PYTEST_ADDOPTS"):
+        env.pop(name, None)
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+
+
+def walkthrough() -> list[str]:
+    """The commands of writing-a-driver.md's first section, in order."""
+    block = re.search(r"^## 1\..*?^```sh\n(.*?)^```", WRITING, re.MULTILINE | re.DOTALL)
+    assert block, "docs/writing-a-driver.md section 1 has no ```sh block"
+    return [line for line in block.group(1).splitlines() if line.strip()]
+
+
+def printed_steps(out: str, python: Path) -> list[str]:
+    """The next steps new-driver printed, with this venv's python shown as ``python``."""
+    lines = out.split(NEXT, 1)[1].splitlines()[:2]
+    return [line.strip().replace(str(python), "python") for line in lines]
 
 
 def test_written_project_is_standalone(stranger):
@@ -113,6 +151,70 @@ def test_demo_serves_it(stranger):
     out = run(venv / "bin" / "devicehost", "demo", "--drivers", "acme", timeout=60)
     assert f"{RESOURCE} <- widget" in out
     assert "kubelet sees Unhealthy" in out
+
+
+@pytest.fixture(scope="module")
+def newcomer(tmp_path_factory, devicehost_wheel) -> Path:
+    """A fresh venv with pip, as `python -m venv` makes one, and devicehost's wheel in it."""
+    venv = tmp_path_factory.mktemp("newcomer") / "venv"
+    run(UV, "venv", "--quiet", "--seed", "--python", sys.executable, venv)
+    run(UV, "pip", "install", "--quiet", "--python", venv / "bin" / "python", devicehost_wheel)
+    return venv
+
+
+def test_writing_a_driver_walkthrough_runs_as_written(newcomer, tmp_path):
+    """Every command of writing-a-driver.md's walkthrough, run as written in a fresh
+    environment with pip: new-driver prints the doc's next two commands, they install the
+    driver and its tests pass, it passes the battery, serves the stand-in, and the demo
+    shows it on its own machine and on its default node."""
+    commands = walkthrough()
+    assert commands[0] == "devicehost new-driver yourvendor"
+    result = shell("set -x\n" + "\n".join(commands), tmp_path, newcomer)
+    out = result.stdout
+    assert result.returncode == 0, f"{out}\n{result.stderr}"
+    assert printed_steps(out, newcomer / "bin" / "python") == commands[1:3]
+    assert re.search(r"=+ \d+ passed in ", out), out
+    assert "driver yourvendor: every conformance check passed\n" in out
+    assert "  registered: endpoint devicehost-yourvendor.example.com_widget.sock" in out
+    assert "  Allocate ['widget0']:\n    env WIDGET_VISIBLE_DEVICES=widget0\n" in out
+    assert re.search(
+        r"^  yourvendor-box +A widget box: 8 widgets .* \[devicehost-yourvendor\]$", out, re.M
+    )
+    tours = out.split("devicehost demo: simulated node ")[1:]
+    assert [
+        re.search(r"yourvendor.example.com/widget +(\d+) devices", t).group(1) for t in tours
+    ] == [
+        "8",
+        "4",
+    ]
+
+
+def test_new_drivers_printed_steps_work_without_pip(stranger, tmp_path):
+    """In an environment without pip (uv's, like the development .venv), new-driver prints
+    a `uv pip install --python <it>` line; run as printed, the driver installs there and its
+    tests pass."""
+    _, venv = stranger
+    assert UV is not None
+    result = shell("devicehost new-driver beta", tmp_path, venv, str(Path(UV).parent))
+    assert result.returncode == 0, result.stderr
+    steps = result.stdout.split(NEXT, 1)[1].splitlines()[:2]
+    assert steps[0].strip().startswith(f"{UV} pip install --python ")
+    assert steps[0].strip().endswith(" -e './devicehost-beta[test]'")
+    done = shell("\n".join(s.strip() for s in steps), tmp_path, venv)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    assert re.search(r"=+ \d+ passed in ", done.stdout), done.stdout
+
+
+def test_help_names_the_resource_it_writes(tmp_path):
+    """`new-driver --help` gives the default resource the written project really uses."""
+    help_text = run(sys.executable, "-m", "devicehost.cli", "new-driver", "--help")
+    assert "NAME.example.com/widget" in " ".join(help_text.split())
+    project = write_driver("acme", tmp_path / "acme")
+    assert (
+        'RESOURCE = "acme.example.com/widget"'
+        in (project / "devicehost_acme/driver.py").read_text()
+    )
+    assert "yourvendor.example.com/widget" in WRITING
 
 
 def test_refuses_a_bad_name_and_a_non_empty_destination(tmp_path):
