@@ -22,8 +22,17 @@ ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
 DEFAULT_OUT = ROOT / "host" / "devicehost" / "_proto"
 PACKAGE = "devicehost._proto"
-SOURCES = ["deviceplugin/v1beta1/api.proto", "podresources/v1/api.proto"]
-IMPORT_RE = re.compile(r"^(import|from) (deviceplugin|podresources)\b", re.MULTILINE)
+SOURCES = [
+    "deviceplugin/v1beta1/api.proto",
+    "podresources/v1/api.proto",
+    "pluginregistration/v1/api.proto",
+    "dra/v1/api.proto",
+    "dra/v1beta1/api.proto",
+    "dra-health/v1/api.proto",
+]
+IMPORT_RE = re.compile(
+    r"^(import|from) (deviceplugin|podresources|pluginregistration|dra|dra_health)\b", re.MULTILINE
+)
 
 
 def generate(out: Path) -> None:

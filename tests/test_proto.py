@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as dp
+from devicehost._proto.dra.v1 import api_pb2 as dra
+from devicehost._proto.dra.v1beta1 import api_pb2 as dra_beta
+from devicehost._proto.dra_health.v1 import api_pb2 as health
+from devicehost._proto.pluginregistration.v1 import api_pb2 as reg
 from devicehost._proto.podresources.v1 import api_pb2 as pr
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,6 +60,19 @@ def test_committed_modules_match_a_fresh_generation(tmp_path):
             pr.DESCRIPTOR.services_by_name["PodResourcesLister"],
             ["List", "GetAllocatableResources", "Get"],
         ),
+        (
+            reg.DESCRIPTOR.services_by_name["Registration"],
+            ["GetInfo", "NotifyRegistrationStatus"],
+        ),
+        (
+            dra.DESCRIPTOR.services_by_name["DRAPlugin"],
+            ["NodePrepareResources", "NodeUnprepareResources"],
+        ),
+        (
+            dra_beta.DESCRIPTOR.services_by_name["DRAPlugin"],
+            ["NodePrepareResources", "NodeUnprepareResources"],
+        ),
+        (health.DESCRIPTOR.services_by_name["DRAResourceHealth"], ["NodeWatchResources"]),
     ],
 )
 def test_service_paths_match_the_kubelet(service, methods):
@@ -64,6 +81,10 @@ def test_service_paths_match_the_kubelet(service, methods):
         "v1beta1.Registration",
         "v1beta1.DevicePlugin",
         "v1.PodResourcesLister",
+        "pluginregistration.Registration",
+        "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin",
+        "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin",
+        "v1.DRAResourceHealth",
     )
     assert [m.name for m in service.methods] == methods
 
@@ -97,6 +118,25 @@ FIELDS = {
     },
     pr.ContainerDevices: {"resource_name": 1, "device_ids": 2, "topology": 3},
     pr.GetPodResourcesRequest: {"pod_name": 1, "pod_namespace": 2},
+    reg.PluginInfo: {"type": 1, "name": 2, "endpoint": 3, "supported_versions": 4},
+    reg.RegistrationStatus: {"plugin_registered": 1, "error": 2},
+    dra.Claim: {"namespace": 1, "uid": 2, "name": 3},
+    dra.NodePrepareResourceResponse: {"devices": 1, "error": 2},
+    dra.Device: {
+        "request_names": 1,
+        "pool_name": 2,
+        "device_name": 3,
+        "cdi_device_ids": 4,
+        "share_id": 5,
+    },
+    dra.NodeUnprepareResourceResponse: {"error": 1},
+    health.DeviceHealth: {
+        "device": 1,
+        "health": 2,
+        "last_updated_time": 3,
+        "health_check_timeout_seconds": 4,
+        "message": 5,
+    },
 }
 
 
