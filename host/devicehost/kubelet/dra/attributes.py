@@ -1,0 +1,125 @@
+"""What is known about one device, in the attributes and capacities of a ResourceSlice.
+
+``DeviceFacts`` is DRA's view of a device, filled from what the host has (today the
+snapshot's NUMA nodes; see docs/dra.md for what drivers will add). The API's rules, from
+k8s.io/api v0.37.2 ``resource/v1/types.go``: an attribute is exactly one of int, bool,
+string or version; strings and versions at most 64 characters (``DeviceAttributeMaxValue
+Length``); a version is SemVer 2.0.0, and one that is not makes the API server refuse the
+whole slice; names without a domain are the driver's own. The standard names and formats
+come from k8s.io/dynamic-resource-allocation v0.37.2 ``deviceattribute``:
+``resource.kubernetes.io/pciBusID`` (``dddd:bb:dd.f``, lower-case hex),
+``resource.kubernetes.io/pcieRoot`` (the first directory under ``/sys/devices`` of the
+device's sysfs path, ``pci0000:00``) and ``resource.kubernetes.io/numaNode`` (an int; left
+out for a device without NUMA affinity).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from devicehost.model import Device
+from devicehost.sysfs import pci_path
+
+STANDARD = "resource.kubernetes.io/"
+PCI_BUS_ID = STANDARD + "pciBusID"
+PCIE_ROOT = STANDARD + "pcieRoot"
+NUMA_NODE = STANDARD + "numaNode"
+MAX_VALUE_LENGTH = 64
+
+_BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]$")
+# semver.org 2.0.0, the regular expression it suggests (numbered groups left out).
+_SEMVER_RE = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+)
+
+
+def is_semver(text: str) -> bool:
+    """Whether ``text`` is a SemVer 2.0.0 version (``535.104.05`` is not: leading zero)."""
+    return len(text) <= MAX_VALUE_LENGTH and _SEMVER_RE.match(text) is not None
+
+
+def pcie_root(root: Path, pci_address: str) -> str | None:
+    """The PCIe root complex of a PCI function, ``pci<domain>:<bus>``, from where its
+    ``/sys/bus/pci/devices`` link points under the host's ``root``; None when unknown."""
+    if not _BDF_RE.match(pci_address):
+        return None
+    resolved = pci_path(root, pci_address)
+    if resolved is None or resolved.name != pci_address:
+        return None
+    try:
+        parts = resolved.relative_to((root / "sys/devices").resolve()).parts
+    except ValueError:
+        return None
+    return parts[0] if parts and parts[0].startswith("pci") else None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeviceFacts:
+    """One device as a ResourceSlice describes it. Empty or None: not known, left out."""
+
+    product: str = ""
+    model: str = ""
+    chip_type: str = ""
+    mig_profile: str = ""
+    interconnect_group: str = ""
+    driver_version: str = ""
+    pci_address: str = ""
+    pcie_root: str = ""
+    numa_node: int | None = None
+    memory_bytes: int | None = None
+
+
+def facts_from_snapshot(device: Device) -> DeviceFacts:
+    """What the snapshot alone tells: the NUMA node, when the device has exactly one."""
+    numa = device.numa_nodes[0] if len(device.numa_nodes) == 1 else None
+    return DeviceFacts(numa_node=numa)
+
+
+def _string(value: str) -> dict[str, Any]:
+    return {"string": value}
+
+
+def attributes_and_capacity(
+    facts: DeviceFacts,
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], list[str]]:
+    """The device's ``attributes`` and ``capacity`` as the API spells them, and a note for
+    each fact left out because the API would refuse it."""
+    attributes: dict[str, dict[str, Any]] = {}
+    notes: list[str] = []
+    strings = {
+        "productName": facts.product,
+        "model": facts.model,
+        "chipType": facts.chip_type,
+        "migProfile": facts.mig_profile,
+        "interconnectGroup": facts.interconnect_group,
+    }
+    for name, value in strings.items():
+        if not value:
+            continue
+        if len(value) > MAX_VALUE_LENGTH:
+            notes.append(f"{name} {value!r:.80} is longer than {MAX_VALUE_LENGTH} characters")
+            continue
+        attributes[name] = _string(value)
+    if facts.driver_version:
+        if is_semver(facts.driver_version):
+            attributes["driverVersion"] = {"version": facts.driver_version}
+        else:
+            notes.append(f"driverVersion {facts.driver_version!r:.80} is not SemVer 2.0.0")
+    if facts.pci_address:
+        if _BDF_RE.match(facts.pci_address):
+            attributes[PCI_BUS_ID] = _string(facts.pci_address)
+        else:
+            notes.append(f"PCI address {facts.pci_address!r:.80} is not dddd:bb:dd.f")
+    if facts.pcie_root:
+        attributes[PCIE_ROOT] = _string(facts.pcie_root)
+    if facts.numa_node is not None and facts.numa_node >= 0:
+        attributes[NUMA_NODE] = {"int": facts.numa_node}
+    capacity: dict[str, dict[str, Any]] = {}
+    if facts.memory_bytes is not None and facts.memory_bytes > 0:
+        capacity["memory"] = {"value": str(facts.memory_bytes)}
+    return attributes, capacity, notes
