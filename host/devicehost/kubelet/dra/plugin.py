@@ -1,0 +1,106 @@
+"""One DRA driver's two sockets: its DRA service, then its registration with the kubelet.
+
+Paths follow the kubelet's layout (k8s.io/dynamic-resource-allocation v0.37.2
+``kubeletplugin``): the DRA service on ``<kubelet dir>/plugins/<driver>/dra.sock``, the
+registration on ``<kubelet dir>/plugins_registry/<driver>-reg.sock``. The DRA socket is
+served first, so the kubelet never finds a registration whose endpoint is not there; the
+registration socket is removed first on stop, so the kubelet unregisters the driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from devicehost._proto.dra.v1 import api_pb2_grpc as v1_grpc
+from devicehost._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from devicehost._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from devicehost.kubelet.dra.prepare import Preparer
+from devicehost.kubelet.dra.registration import RegistrationServicer
+from devicehost.kubelet.dra.servicer import DraBetaServicer, DraServicer
+from devicehost.kubelet.plugin_dir import socket_path_problem
+
+log = logging.getLogger(__name__)
+
+DEFAULT_KUBELET_DIR = Path("/var/lib/kubelet")
+
+
+def driver_dir(kubelet_dir: Path, driver: str) -> Path:
+    """The driver's own directory: its DRA socket and its checkpoint."""
+    return kubelet_dir / "plugins" / driver
+
+
+def registration_socket(kubelet_dir: Path, driver: str) -> Path:
+    return kubelet_dir / "plugins_registry" / f"{driver}-reg.sock"
+
+
+async def _serve(path: Path, add: list[Callable[[grpc.aio.Server], None]]) -> grpc.aio.Server:
+    too_long = socket_path_problem(path)
+    if too_long:
+        raise OSError(too_long)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    server = grpc.aio.server()
+    for register in add:
+        register(server)
+    try:
+        server.add_insecure_port(f"unix:{path}")
+        await server.start()
+        os.chmod(path, 0o600)
+    except BaseException:
+        await server.stop(None)  # never leak a server whose socket we cannot own
+        raise
+    return server
+
+
+class DraPlugin:
+    """Serves one DRA driver to the kubelet until ``stop``."""
+
+    def __init__(self, driver: str, preparer: Preparer, kubelet_dir: Path) -> None:
+        self.driver = driver
+        self.dra_socket = driver_dir(kubelet_dir, driver) / "dra.sock"
+        self.registration_socket = registration_socket(kubelet_dir, driver)
+        self.registration = RegistrationServicer(driver, str(self.dra_socket))
+        self.preparer = preparer
+        self._servers: list[tuple[Path, grpc.aio.Server]] = []
+
+    async def start(self) -> None:
+        v1 = DraServicer(self.preparer)
+        beta = DraBetaServicer(self.preparer)
+        dra = await _serve(
+            self.dra_socket,
+            [
+                lambda s: v1_grpc.add_DRAPluginServicer_to_server(v1, s),
+                lambda s: v1beta1_grpc.add_DRAPluginServicer_to_server(beta, s),
+            ],
+        )
+        self._servers.append((self.dra_socket, dra))
+        try:
+            registration = await _serve(
+                self.registration_socket,
+                [lambda s: reg_grpc.add_RegistrationServicer_to_server(self.registration, s)],
+            )
+        except BaseException:
+            await self.stop(None)
+            raise
+        self._servers.insert(0, (self.registration_socket, registration))
+        log.info(
+            "DRA driver %s: serving %s, registering through %s",
+            self.driver,
+            self.dra_socket,
+            self.registration_socket,
+        )
+
+    async def stop(self, grace: float | None = 1.0) -> None:
+        """Unregister (remove the registration socket), then stop serving."""
+        for path, server in self._servers:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            await server.stop(grace)
+        self._servers.clear()

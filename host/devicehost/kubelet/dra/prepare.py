@@ -1,0 +1,236 @@
+"""NodePrepareResources and NodeUnprepareResources for one DRA driver, off the wire.
+
+A claim's devices are composed exactly as an Allocate composes them (``compose``, then
+the policy plugins), per resource of the driver, and the result is written as one CDI
+spec per claim under the project's vendor: the composed edits are the spec's
+``containerEdits``, applied once when any of the claim's devices is requested, and each
+device is an entry of its own. The kubelet is answered with those entries' CDI names
+(and any CDI names the driver's devices declare themselves). DRA has no channel for
+container annotations, so those are left out with a log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from devicehost.cdi import VENDOR, container_edits, minimum_version, write_atomically
+from devicehost.compose import CompositionClash, PolicyChain, compose
+from devicehost.kubelet.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
+from devicehost.kubelet.dra.claims import ClaimProblem, ClaimSource, allocation_of
+from devicehost.kubelet.dra.naming import device_name
+from devicehost.model import ContainerEdits, Device, ResourceSpec
+
+log = logging.getLogger(__name__)
+
+MAX_CLASS_LENGTH = 63
+#: A claim UID as the API server makes them (a UUID); it is part of a file name here.
+_UID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
+
+
+class PrepareError(Exception):
+    """One claim could not be prepared; the message goes to the kubelet."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolView:
+    """The driver's pool as it is now: each resource's spec and device snapshot."""
+
+    pool: str
+    specs: Mapping[str, ResourceSpec]
+    snapshots: Mapping[str, Mapping[str, Device]]
+
+    @cached_property
+    def names(self) -> dict[str, tuple[str, str]]:
+        """DRA device name → (resource, device ID), for every device in the pool now."""
+        return {
+            device_name(resource, device_id): (resource, device_id)
+            for resource, devices in self.snapshots.items()
+            for device_id in devices
+        }
+
+
+def claim_class(driver: str) -> str:
+    """The CDI class of this driver's claim specs: ``dra.<driver>`` (a hash if too long)."""
+    name = f"dra.{driver}"
+    if len(name) <= MAX_CLASS_LENGTH:
+        return name
+    return "dra." + hashlib.sha256(driver.encode()).hexdigest()[:32]
+
+
+class Preparer:
+    """Prepares and unprepares one DRA driver's claims; one call at a time."""
+
+    def __init__(
+        self,
+        driver: str,
+        claims: ClaimSource,
+        pool: Callable[[], PoolView],
+        cdi_dir: Path,
+        checkpoint: Checkpoint,
+        policies: PolicyChain | None = None,
+    ) -> None:
+        self.driver = driver
+        self.claims = claims
+        self.pool = pool
+        self.cdi_dir = cdi_dir
+        self.checkpoint = checkpoint
+        self.policies = policies
+        self.kind = f"{VENDOR}/{claim_class(driver)}"
+        self._lock = asyncio.Lock()
+        self._remove_orphans()
+
+    def spec_path(self, uid: str) -> Path:
+        return self.cdi_dir / f"{VENDOR}-{claim_class(self.driver)}_{uid}.json"
+
+    def _remove_orphans(self) -> None:
+        """Remove claim specs of this driver that no checkpointed claim names (a crash
+        between writing a spec and the checkpoint)."""
+        kept = {c.spec_file for c in self.checkpoint.claims.values()}
+        for path in self.cdi_dir.glob(f"{VENDOR}-{claim_class(self.driver)}_*.json"):
+            if str(path) not in kept:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                    log.info("DRA driver %s: removed the orphaned claim spec %s", self.driver, path)
+
+    async def prepare(self, namespace: str, name: str, uid: str) -> PreparedClaim:
+        """Prepare the claim (or answer as before when it is prepared already)."""
+        if not _UID_RE.match(uid):
+            raise PrepareError(f"claim {namespace}/{name}: UID {uid!r:.80} is not a UID")
+        async with self._lock:
+            done = self.checkpoint.claims.get(uid)
+            if done is not None:
+                return done
+            try:
+                claim = await self.claims.get(namespace, name)
+                allocation = allocation_of(claim, self.driver, uid)
+            except ClaimProblem as exc:
+                raise PrepareError(str(exc)) from None
+            view = self.pool()
+            by_resource: dict[str, list[str]] = {}
+            requests: dict[str, list[str]] = {}
+            for allocated in allocation.devices:
+                found = view.names.get(allocated.device) if allocated.pool == view.pool else None
+                if found is None:
+                    raise PrepareError(
+                        f"claim {namespace}/{name}: device {allocated.device!r} of pool "
+                        f"{allocated.pool!r} is not in driver {self.driver}'s pool on this node"
+                    )
+                resource, device_id = found
+                if device_id not in by_resource.setdefault(resource, []):
+                    by_resource[resource].append(device_id)
+                requests.setdefault(allocated.device, []).append(allocated.request)
+            edits = self._compose(view, by_resource, f"claim {namespace}/{name}")
+            path = self.spec_path(uid)
+            entries = {d: f"{uid}-{d}" for d in requests}
+            extra_ids = list(edits.cdi_devices)
+            devices = []
+            for index, (device, names) in enumerate(requests.items()):
+                ids = [f"{self.kind}={entries[device]}", *(extra_ids if index == 0 else [])]
+                devices.append(
+                    PreparedDevice(
+                        requests=tuple(names), pool=view.pool, device=device, cdi_ids=tuple(ids)
+                    )
+                )
+            if entries:
+                try:
+                    write_atomically(path, json.dumps(self._spec(edits, entries), indent=2) + "\n")
+                except OSError as exc:
+                    raise PrepareError(
+                        f"claim {namespace}/{name}: cannot write the CDI spec {path}: "
+                        f"{exc.strerror or exc}"
+                    ) from None
+            prepared = PreparedClaim(
+                namespace=namespace, name=name, spec_file=str(path), devices=tuple(devices)
+            )
+            self.checkpoint.put(uid, prepared)
+            log.info(
+                "DRA driver %s: claim %s/%s (%s) prepared: %s",
+                self.driver,
+                namespace,
+                name,
+                uid,
+                ", ".join(entries) or "no device of this driver",
+            )
+            return prepared
+
+    def _compose(
+        self, view: PoolView, by_resource: Mapping[str, list[str]], where: str
+    ) -> ContainerEdits:
+        """Each resource's devices composed as Allocate composes them, then joined; a
+        key two resources set differently is a clash."""
+        joined = ContainerEdits()
+        for resource, ids in by_resource.items():
+            try:
+                edits = compose(view.specs[resource], view.snapshots[resource], ids)
+                if self.policies is not None:
+                    edits = self.policies.apply(resource, ids, edits)
+            except CompositionClash as clash:
+                raise PrepareError(f"{where}, resource {resource!r}: {clash}") from None
+            for key, value in edits.envs.items():
+                if joined.envs.get(key, value) != value:
+                    raise PrepareError(
+                        f"{where}: env {key!r} is {joined.envs[key]!r} from one resource and "
+                        f"{value!r} from {resource!r}"
+                    )
+            joined = joined.merged(edits)
+        if joined.annotations:
+            log.warning(
+                "DRA driver %s, %s: container annotations %s cannot be carried by DRA; left out",
+                self.driver,
+                where,
+                ", ".join(sorted(joined.annotations)),
+            )
+        return joined
+
+    def _spec(self, edits: ContainerEdits, entries: Mapping[str, str]) -> dict[str, Any]:
+        """The claim's CDI spec: its composed edits once, and one entry per device (CDI
+        refuses an entry without edits, so each names itself in one env variable)."""
+        document: dict[str, Any] = {
+            "cdiVersion": "",
+            "kind": self.kind,
+            "devices": [
+                {"name": entry, "containerEdits": {"env": [self._marker(entry)]}}
+                for entry in entries.values()
+            ],
+        }
+        common = container_edits(edits)
+        if common:
+            document["containerEdits"] = common
+        document["cdiVersion"] = minimum_version(document)
+        return document
+
+    def _marker(self, entry: str) -> str:
+        """``DEVICEHOST_DRA_<hash>=<qualified name>``: one variable per entry, so two
+        claims in one container never set the same one."""
+        qualified = f"{self.kind}={entry}"
+        digest = hashlib.sha256(qualified.encode()).hexdigest()[:16].upper()
+        return f"DEVICEHOST_DRA_{digest}={qualified}"
+
+    async def unprepare(self, uid: str) -> None:
+        """Unprepare the claim: forget it, then remove its spec. A claim never prepared
+        here, or unprepared already, is done."""
+        if not _UID_RE.match(uid):
+            raise PrepareError(f"UID {uid!r:.80} is not a UID")
+        async with self._lock:
+            claim = self.checkpoint.drop(uid)
+            path = Path(claim.spec_file) if claim is not None else self.spec_path(uid)
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            if claim is not None:
+                log.info(
+                    "DRA driver %s: claim %s/%s (%s) unprepared",
+                    self.driver,
+                    claim.namespace,
+                    claim.name,
+                    uid,
+                )
