@@ -211,3 +211,18 @@ def test_an_empty_pool_is_one_empty_slice():
     """A driver with no device publishes one empty slice: the pool is known to be empty."""
     pool = build_pool(DRIVER, "n", [])
     assert [s["spec"]["devices"] for s in pool.slices] == [[]]
+
+
+def test_slices_read_back_unchanged_through_the_chosen_client():
+    """lightkube (the DRA face's client) parses every slice into its resource.k8s.io/v1
+    model and writes it back unchanged: what it would send is what was built."""
+    from lightkube.codecs import from_dict
+
+    entries = [
+        entry("GPU-1", product="H100", numa_node=0, memory_bytes=1 << 30, driver_version="1.2.3"),
+        entry("GPU-2", health=Health.UNHEALTHY),
+    ]
+    for document in build_pool(DRIVER, "node-1", entries, unhealthy=Unhealthy.TAINT).slices:
+        model = from_dict(document)
+        assert type(model).__name__ == "ResourceSlice"
+        assert model.to_dict() == document
