@@ -82,7 +82,7 @@ class Node:
     def __init__(self, tmp_path: Path) -> None:
         self.kubelet_dir = tmp_path / "kubelet"
         self.cdi_dir = tmp_path / "cdi"
-        self.cdi_dir.mkdir()
+        self.cdi_dir.mkdir(parents=True)
         self.claims = DictClaims()
         self.devices = {d.id: d for d in (gpu(0), gpu(1), gpu(2))}
 
@@ -332,3 +332,51 @@ def test_v1beta1_is_served_on_the_same_socket(node):
     run(node, body)
     (device,) = answers[0].claims["uid-one"].devices
     assert device.device_name == name_of(1) and len(device.cdi_device_ids) == 1
+
+
+def test_an_unreadable_checkpoint_is_kept_aside_and_the_plugin_starts(node, caplog):
+    """A corrupt checkpoint is renamed .unreadable and logged; the plugin serves, empty."""
+    path = driver_dir(node.kubelet_dir, DRIVER) / "checkpoint.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    node.claims.add("one", "uid-one", [name_of(1)])
+    answers: list[dra.NodePrepareResourcesResponse] = []
+
+    async def body(plugin: DraPlugin) -> None:
+        answers.append(await prepare(plugin, ("one", "uid-one")))
+
+    run(node, body)
+    assert path.with_name("checkpoint.json.unreadable").read_text() == "{not json"
+    assert "is unreadable" in caplog.text
+    assert answers[0].claims["uid-one"].error == ""
+    assert "uid-one" in json.loads(path.read_text())["claims"]
+
+
+def test_a_refused_registration_is_logged_with_the_kubelet_s_reason(node, caplog):
+    """NotifyRegistrationStatus(false) logs the kubelet's error and clears 'registered'."""
+
+    async def body(plugin: DraPlugin) -> None:
+        async with grpc.aio.insecure_channel(f"unix:{plugin.registration_socket}") as channel:
+            stub = reg_grpc.RegistrationStub(channel)
+            await stub.NotifyRegistrationStatus(
+                reg.RegistrationStatus(plugin_registered=True), timeout=30
+            )
+            await stub.NotifyRegistrationStatus(
+                reg.RegistrationStatus(plugin_registered=False, error="no such version"),
+                timeout=30,
+            )
+        assert not plugin.registration.registered.is_set()
+
+    run(node, body)
+    assert "the kubelet refused it: no such version" in caplog.text
+
+
+def test_a_socket_path_too_long_is_a_clear_error(tmp_path):
+    """A kubelet directory too deep for a unix socket fails start naming the path and limit."""
+    node = Node(tmp_path / ("d" * 120))
+
+    async def main() -> None:
+        with pytest.raises(OSError, match="over the 107-byte limit"):
+            await node.plugin().start()
+
+    asyncio.run(main())
