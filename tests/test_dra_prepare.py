@@ -380,3 +380,20 @@ def test_a_socket_path_too_long_is_a_clear_error(tmp_path):
             await node.plugin().start()
 
     asyncio.run(main())
+
+
+def test_a_checkpoint_that_cannot_be_written_fails_the_claim_and_leaves_no_spec(node):
+    """If the checkpoint cannot be written the claim gets the error and its spec is removed,
+    so nothing is prepared that a restart would not know of."""
+    blocker = driver_dir(node.kubelet_dir, DRIVER) / "checkpoint.json"
+    blocker.mkdir(parents=True)  # a directory where the file must go: the write fails
+    node.claims.add("one", "uid-one", [name_of(1)])
+    answers: list[dra.NodePrepareResourcesResponse] = []
+
+    async def body(plugin: DraPlugin) -> None:
+        answers.append(await prepare(plugin, ("one", "uid-one")))
+        answers.append(await prepare(plugin, ("one", "uid-one")))
+
+    run(node, body)
+    assert all("cannot write the checkpoint" in a.claims["uid-one"].error for a in answers)
+    assert claim_specs(node) == {}

@@ -69,6 +69,9 @@ class Checkpoint:
             text = self.path.read_text()
         except FileNotFoundError:
             return {}
+        except OSError as exc:  # prepares then fail on writing it, each with the reason
+            log.error("DRA checkpoint %s cannot be read: %s", self.path, exc.strerror or exc)
+            return {}
         try:
             data = json.loads(text)
             if data.get("format") != FORMAT:
@@ -86,16 +89,17 @@ class Checkpoint:
             )
             return {}
 
-    def _save(self) -> None:
-        plain = {"format": FORMAT, "claims": {u: asdict(c) for u, c in self.claims.items()}}
+    def _save(self, claims: dict[str, PreparedClaim]) -> None:
+        """Write ``claims``, then hold them: a failed write changes nothing."""
+        plain = {"format": FORMAT, "claims": {u: asdict(c) for u, c in claims.items()}}
         write_atomically(self.path, json.dumps(plain, indent=1, sort_keys=True) + "\n")
+        self.claims = claims
 
     def put(self, uid: str, claim: PreparedClaim) -> None:
-        self.claims[uid] = claim
-        self._save()
+        self._save({**self.claims, uid: claim})
 
     def drop(self, uid: str) -> PreparedClaim | None:
-        claim = self.claims.pop(uid, None)
+        claim = self.claims.get(uid)
         if claim is not None:
-            self._save()
+            self._save({u: c for u, c in self.claims.items() if u != uid})
         return claim

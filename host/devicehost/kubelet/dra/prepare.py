@@ -26,7 +26,12 @@ from typing import Any
 from devicehost.cdi import VENDOR, container_edits, minimum_version, write_atomically
 from devicehost.compose import CompositionClash, PolicyChain, compose
 from devicehost.kubelet.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
-from devicehost.kubelet.dra.claims import ClaimProblem, ClaimSource, allocation_of
+from devicehost.kubelet.dra.claims import (
+    ClaimAllocation,
+    ClaimProblem,
+    ClaimSource,
+    allocation_of,
+)
 from devicehost.kubelet.dra.naming import device_name
 from devicehost.model import ContainerEdits, Device, ResourceSpec
 
@@ -116,19 +121,7 @@ class Preparer:
             except ClaimProblem as exc:
                 raise PrepareError(str(exc)) from None
             view = self.pool()
-            by_resource: dict[str, list[str]] = {}
-            requests: dict[str, list[str]] = {}
-            for allocated in allocation.devices:
-                found = view.names.get(allocated.device) if allocated.pool == view.pool else None
-                if found is None:
-                    raise PrepareError(
-                        f"claim {namespace}/{name}: device {allocated.device!r} of pool "
-                        f"{allocated.pool!r} is not in driver {self.driver}'s pool on this node"
-                    )
-                resource, device_id = found
-                if device_id not in by_resource.setdefault(resource, []):
-                    by_resource[resource].append(device_id)
-                requests.setdefault(allocated.device, []).append(allocated.request)
+            by_resource, requests = self._resolve(view, allocation)
             edits = self._compose(view, by_resource, f"claim {namespace}/{name}")
             path = self.spec_path(uid)
             entries = {d: f"{uid}-{d}" for d in requests}
@@ -152,7 +145,15 @@ class Preparer:
             prepared = PreparedClaim(
                 namespace=namespace, name=name, spec_file=str(path), devices=tuple(devices)
             )
-            self.checkpoint.put(uid, prepared)
+            try:
+                self.checkpoint.put(uid, prepared)
+            except OSError as exc:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                raise PrepareError(
+                    f"claim {namespace}/{name}: cannot write the checkpoint "
+                    f"{self.checkpoint.path}: {exc.strerror or exc}"
+                ) from None
             log.info(
                 "DRA driver %s: claim %s/%s (%s) prepared: %s",
                 self.driver,
@@ -162,6 +163,27 @@ class Preparer:
                 ", ".join(entries) or "no device of this driver",
             )
             return prepared
+
+    def _resolve(
+        self, view: PoolView, allocation: ClaimAllocation
+    ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """The claim's device IDs per resource, and each DRA device's request names; a
+        device not in this driver's pool now is an error."""
+        by_resource: dict[str, list[str]] = {}
+        requests: dict[str, list[str]] = {}
+        for allocated in allocation.devices:
+            found = view.names.get(allocated.device) if allocated.pool == view.pool else None
+            if found is None:
+                raise PrepareError(
+                    f"claim {allocation.namespace}/{allocation.name}: device "
+                    f"{allocated.device!r} of pool {allocated.pool!r} is not in driver "
+                    f"{self.driver}'s pool on this node"
+                )
+            resource, device_id = found
+            if device_id not in by_resource.setdefault(resource, []):
+                by_resource[resource].append(device_id)
+            requests.setdefault(allocated.device, []).append(allocated.request)
+        return by_resource, requests
 
     def _compose(
         self, view: PoolView, by_resource: Mapping[str, list[str]], where: str
