@@ -53,7 +53,8 @@ def test_make_never_uninstalls_drivers_beside_the_lock():
 def test_kit_returns_model_types(kubelet, run_host):
     """Items 3 and 15: lists are {id: Device}, Allocate is one ContainerEdits per
     container, a preference is a list of IDs, registrations and options are kit types."""
-    run_host(enabledDrivers=["template"], simulate=True)
+    host = run_host(enabledDrivers=["template"], simulate=True)
+    tree = str(host.simulated_root("template").path)
     registration = kubelet.wait_registered(WIDGET)
     assert isinstance(registration, Registration)
     assert registration.endpoint == "devicehost-example.com_widget.sock"
@@ -63,11 +64,14 @@ def test_kit_returns_model_types(kubelet, run_host):
     assert containers == (
         ContainerEdits(
             envs={"WIDGET_VISIBLE_DEVICES": "widget0"},
-            devices=(DeviceNode(host_path="/dev/widget0"),),
+            devices=(DeviceNode(host_path=tree + "/dev/widget0", container_path="/dev/widget0"),),
         ),
         ContainerEdits(
             envs={"WIDGET_VISIBLE_DEVICES": "widget2,widget1"},
-            devices=(DeviceNode(host_path="/dev/widget2"), DeviceNode(host_path="/dev/widget1")),
+            devices=(
+                DeviceNode(host_path=tree + "/dev/widget2", container_path="/dev/widget2"),
+                DeviceNode(host_path=tree + "/dev/widget1", container_path="/dev/widget1"),
+            ),
         ),
     )
     assert containers.container_responses is containers  # tests written for the wire shape
@@ -77,7 +81,7 @@ def test_kit_returns_model_types(kubelet, run_host):
     )
     assert kubelet.options(WIDGET) == PluginOptions(get_preferred_allocation_available=True)
     raw = kubelet.allocate_raw(WIDGET, [["widget3"]])
-    assert raw.container_responses[0].devices[0].host_path == "/dev/widget3"
+    assert raw.container_responses[0].devices[0].host_path == tree + "/dev/widget3"
 
 
 def test_kit_refusals_raise_grpc_errors(kubelet, run_host):

@@ -50,7 +50,7 @@ def test_fake_root_writes_create_their_parents_and_replace_what_was_there(tmp_pa
     root.write("sys/class/net/eth0/operstate", "up")
     assert written.read_text() == "up\n"
     assert root.write("/sys/empty").read_text() == ""
-    assert root.char_device("/dev/infiniband/uverbs0").is_file()
+    assert root.char_device("/dev/infiniband/uverbs0").exists()
     root.symlink("/sys/class/net/eth0/device", "/sys/devices/a")
     link = root.symlink("/sys/class/net/eth0/device", "/sys/devices/b")
     assert link.readlink() == Path("../../../devices/b")
@@ -88,7 +88,8 @@ def test_fake_pci_device_returns_its_root_relative_path(tmp_path):
 
 
 def test_fake_root_files_are_not_executable(tmp_path):
-    """Attributes and device stand-ins are plain files, as sysfs shows them (rw, no x)."""
+    """Attributes and device nodes are read-write and not executable, as sysfs and /dev
+    show them."""
     root = FakeRoot(tmp_path)
     for path in (root.write("/sys/a/attr", "1"), root.char_device("/dev/x")):
         assert path.stat().st_mode & 0o111 == 0

@@ -468,7 +468,7 @@ def _run(config: HostConfig) -> int:
 
     # A profile may choose other drivers once the node's labels are known: no early start.
     early = not config.profiles
-    sim_root = make_sim_root() if early and config.simulate else None
+    sim_root = make_sim_root(config.simulate_dir) if early and config.simulate else None
     try:
         try:
             prestart = functools.partial(_plan_workers, config, sim_root) if early else None

@@ -181,6 +181,7 @@ class HostConfig:
     rejected_backoff: float = 60.0
     simulate: bool = False
     simulate_node: str = ""
+    simulate_dir: Path | None = None
     log_format: str = "text"
     log_level: str = "info"
     metrics_address: str = "127.0.0.1:9400"
@@ -331,6 +332,15 @@ SETTINGS: tuple[Setting, ...] = (
         "DEVICEHOST_SIMULATE_NODE",
         "with simulate: the machine to simulate, published or a driver's own "
         "(devicehost demo --list-nodes)",
+    ),
+    Setting(
+        "simulateDir",
+        "simulate_dir",
+        _optional_path,
+        "DEVICEHOST_SIMULATE_DIR",
+        "with simulate: where the simulated node's tree is made (default: $TMPDIR, else "
+        "/dev/shm); in a pod, a hostPath at the same path, so the runtime finds what "
+        "answers name",
     ),
     Setting(
         "log.format",

@@ -42,6 +42,7 @@ from devicehost.kubelet.restart_watch import DirectoryWatcher, file_identity
 from devicehost.kubelet.runner import ResourceRunner
 from devicehost.kubelet.servicer import DevicePluginServicer
 from devicehost.model import ResourceSpec
+from devicehost.simulated_paths import spec_on_node
 from devicehost.simulation import driver_root, make_sim_root
 from devicehost.telemetry.facade import Telemetry
 from devicehost.telemetry.metrics import Gauge
@@ -255,7 +256,7 @@ class Host:
                 )
         if config.simulate:
             if self._sim_root is None:
-                self._sim_root = make_sim_root()
+                self._sim_root = make_sim_root(config.simulate_dir)
             node = config.simulate_node or "each driver's default"
             log.info("simulating hardware (%s) under %s", node, self._sim_root)
         for info in self.plugins.drivers:
@@ -328,6 +329,9 @@ class Host:
             raise
         raw_specs = await process.call("devicehost_resources", timeout)
         specs, problems = resources_from_plain(name, raw_specs, config.plugin_dir)
+        tree = self.simulated_root(name)
+        if tree is not None:
+            specs = [spec_on_node(spec, tree) for spec in specs]
         for problem in problems:
             log.error("driver %r, hook devicehost_resources: %s; resource refused", name, problem)
             self.telemetry.driver_error(name, "devicehost_resources")
@@ -343,6 +347,7 @@ class Host:
             config.watched_scan_interval if watched else config.scan_interval,
             timeout,
             on_error=self.telemetry.driver_error,
+            tree=tree,
         )
         self.scanners[name] = scanner
         await scanner.scan_once()
@@ -395,7 +400,14 @@ class Host:
             if cdi:
                 state.subscribe(functools.partial(cdi.refresh, spec))
             servicer = DevicePluginServicer(
-                spec, handle, state, self.config.hook_timeout, self.telemetry, self.policies, cdi
+                spec,
+                handle,
+                state,
+                self.config.hook_timeout,
+                self.telemetry,
+                self.policies,
+                cdi,
+                tree=self.simulated_root(handle.name),
             )
             self.resources[spec.name] = Resource(spec, handle, state, servicer)
             states[spec.name] = state

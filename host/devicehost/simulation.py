@@ -29,10 +29,16 @@ def simulation_dir() -> Path:
     return Path(tempfile.gettempdir())
 
 
-def make_sim_root() -> Path:
-    """A fresh temporary tree for this process (never inside ``--root``), after removing
-    any left by a host that died without cleaning up."""
-    tmp = simulation_dir()
+def make_sim_root(directory: Path | None = None) -> Path:
+    """A fresh temporary tree for this process (never inside ``--root``) in ``directory``
+    (``simulateDir``; default ``simulation_dir()``), after removing any left by a host
+    that died without cleaning up.
+
+    Allocate answers and CDI specs name host paths inside this tree (``simulated_paths``),
+    so the container runtime must see it at the same path: on the node itself that holds
+    for ``/dev/shm``; in a pod, ``directory`` must be a hostPath mounted at its own path."""
+    tmp = directory or simulation_dir()
+    tmp.mkdir(parents=True, exist_ok=True)
     for stale in tmp.glob(SIM_PREFIX + "*"):
         try:
             pid = int((stale / SIM_OWNER_FILE).read_text())

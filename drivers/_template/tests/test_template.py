@@ -46,12 +46,17 @@ def test_no_widgets_means_no_resource(kubelet, run_host) -> None:
 
 
 def test_allocation_gives_device_nodes_and_joined_env(kubelet, run_host) -> None:
-    """Two widgets in one container: both device nodes, and their names joined in order."""
-    run_host(enabledDrivers=[NAME], simulate=True)
+    """Two widgets in one container: both device nodes, and their names joined in order.
+    Simulated, the host paths are in the driver's simulated tree, where the nodes are."""
+    host = run_host(enabledDrivers=[NAME], simulate=True)
+    tree = str(host.simulated_root(NAME).path)
     kubelet.wait_devices(RESOURCE, lambda d: len(d) == 4)
     (container,) = kubelet.allocate(RESOURCE, [["widget3", "widget1"]])
     assert container.envs[VISIBLE] == "widget3,widget1"
-    assert [d.host_path for d in container.devices] == ["/dev/widget3", "/dev/widget1"]
+    assert [(d.host_path, d.container_path) for d in container.devices] == [
+        (tree + "/dev/widget3", "/dev/widget3"),
+        (tree + "/dev/widget1", "/dev/widget1"),
+    ]
 
 
 def test_fault_reaches_kubelet_and_recovers(kubelet, run_host) -> None:

@@ -85,23 +85,28 @@ def test_plain_runtime_answer_carries_nodes_and_mounts(
     run_host: Callable[..., HostThread], kubelet: KubeletStandIn
 ) -> None:
     """useAscendRuntime false: the AllocateResponse has the shared nodes and the chip's
-    node, and read-only mounts of what CANN reads, version files included."""
-    start(run_host, kubelet, useAscendRuntime=False)
+    node, and read-only mounts of what CANN reads, version files included — host paths in
+    the simulated tree, where the simulation made them."""
+    host = start(run_host, kubelet, useAscendRuntime=False)
+    tree = str(host.simulated_root("ascend").path)
     response = kubelet.allocate(NPU, [["Ascend910-2"]])[0]
     assert dict(response.envs) == {}
     assert [(d.host_path, d.container_path, d.permissions) for d in response.devices] == [
-        ("/dev/davinci_manager", "/dev/davinci_manager", "rw"),
-        ("/dev/devmm_svm", "/dev/devmm_svm", "rw"),
-        ("/dev/hisi_hdc", "/dev/hisi_hdc", "rw"),
-        ("/dev/davinci2", "/dev/davinci2", "rw"),
+        (tree + "/dev/davinci_manager", "/dev/davinci_manager", "rw"),
+        (tree + "/dev/devmm_svm", "/dev/devmm_svm", "rw"),
+        (tree + "/dev/hisi_hdc", "/dev/hisi_hdc", "rw"),
+        (tree + "/dev/davinci2", "/dev/davinci2", "rw"),
     ]
-    assert [(m.host_path, m.read_only) for m in response.mounts] == [
-        ("/usr/local/Ascend/driver/lib64", True),
-        ("/usr/local/Ascend/driver/include", True),
-        ("/usr/local/Ascend/driver/version.info", True),
-        ("/etc/ascend_install.info", True),
-        ("/usr/local/dcmi", True),
-        ("/usr/local/bin/npu-smi", True),
+    assert [(m.host_path, m.container_path, m.read_only) for m in response.mounts] == [
+        (tree + path, path, True)
+        for path in (
+            "/usr/local/Ascend/driver/lib64",
+            "/usr/local/Ascend/driver/include",
+            "/usr/local/Ascend/driver/version.info",
+            "/etc/ascend_install.info",
+            "/usr/local/dcmi",
+            "/usr/local/bin/npu-smi",
+        )
     ]
 
 

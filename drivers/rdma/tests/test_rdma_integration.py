@@ -57,10 +57,13 @@ def test_link_down_and_up_streams_refuses_and_allocates(kubelet: KubeletStandIn,
     kubelet.wait_health(HCA, MLX5_3, "Healthy", timeout=30)
     response = kubelet.allocate(HCA, [[MLX5_3]])[0]
     assert [(d.host_path, d.container_path, d.permissions) for d in response.devices] == [
-        ("/dev/infiniband/rdma_cm", "/dev/infiniband/rdma_cm", "rw"),
-        ("/dev/infiniband/uverbs3", "/dev/infiniband/uverbs3", "rw"),
-        ("/dev/infiniband/umad3", "/dev/infiniband/umad3", "rw"),
-        ("/dev/infiniband/issm3", "/dev/infiniband/issm3", "rw"),
+        (f"{tree}{path}", path, "rw")
+        for path in (
+            "/dev/infiniband/rdma_cm",
+            "/dev/infiniband/uverbs3",
+            "/dev/infiniband/umad3",
+            "/dev/infiniband/issm3",
+        )
     ]
     assert dict(response.envs) == {"RDMA_DEVICES": "mlx5_3", "PCIDEVICE_RDMA_HCA": MLX5_3}
     assert (list(response.mounts), list(response.cdi_devices)) == ([], [])

@@ -68,7 +68,7 @@ async def start_workers(
         log.debug("installed drivers and policies: as the zygote listed them at its fork")
     plugins = load_plugins(config.enabled_drivers, config.disabled_drivers, listing)
     if config.simulate and sim_root is None:
-        sim_root = make_sim_root()
+        sim_root = make_sim_root(config.simulate_dir)
     early = EarlyStart(plugins, sim_root=sim_root)
     infos = {info.name: info for info in plugins.drivers}
     workers = {name: _new_worker(info, config, zygote) for name, info in infos.items()}

@@ -13,10 +13,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from devicehost.drivers.snapshots import ResourceState
 from devicehost.drivers.supervisor import DriverHandle
 from devicehost.errors import DriverError
+from devicehost.simulated_paths import devices_on_node
 from devicehost.validation import devices_from_plain
 
 log = logging.getLogger(__name__)
@@ -33,8 +35,12 @@ class Scanner:
         timeout: float,
         on_error: Callable[[str, str], None] | None = None,
         on_change: Callable[[str], None] | None = None,
+        tree: Path | None = None,
     ) -> None:
+        """``tree``: the driver's simulated tree, where its devices' host paths are moved
+        (``simulated_paths``); None on a real node."""
         self.driver = driver
+        self.tree = tree
         self.states = states
         self.interval = interval
         self.timeout = timeout
@@ -52,6 +58,8 @@ class Scanner:
             try:
                 raw = await self.driver.acall("devicehost_enumerate", self.timeout, resource=name)
                 devices, problems = devices_from_plain(self.driver.name, raw)
+                if self.tree is not None:
+                    devices = devices_on_node(devices, self.tree)
             except DriverError as exc:
                 if self.on_error:
                     self.on_error(self.driver.name, exc.hook)

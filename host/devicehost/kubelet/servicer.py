@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import grpc
@@ -22,6 +23,7 @@ from devicehost.drivers.snapshots import ResourceState
 from devicehost.errors import DriverError, DriverTimeout, RequestRefused, UnknownDevice
 from devicehost.kubelet.preferred import numa_map, preferred_allocation
 from devicehost.model import NO_EDITS, Allocation, Device, ResourceSpec
+from devicehost.simulated_paths import edits_on_node
 from devicehost.telemetry import tracing
 from devicehost.telemetry.facade import Telemetry
 from devicehost.telemetry.tracing import fail
@@ -131,8 +133,12 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         telemetry: Telemetry | None = None,
         policies: PolicyChain | None = None,
         cdi: CdiWriter | None = None,
+        tree: Path | None = None,
     ) -> None:
+        """``tree``: the driver's simulated tree, where its ``allocate`` answers' host
+        paths are moved (``simulated_paths``); None on a real node."""
         self.spec = spec
+        self.tree = tree
         self.cdi = cdi
         self.resource = spec.name
         self.driver = driver
@@ -336,7 +342,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             span_attributes={tracing.CONTAINER_INDEX: index, tracing.REQUESTED: list(device_ids)},
         )
         try:
-            return edits_from_plain(answer)
+            edits = edits_from_plain(answer)
         except Invalid as exc:
             self.telemetry.driver_error(self.driver.name, "devicehost_allocate")
             error = DriverError(
@@ -344,6 +350,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             )
             log.error("%s (resource %r)", error, self.resource)
             raise driver_refusal(error) from None
+        return edits if self.tree is None else edits_on_node(edits, self.tree)
 
     async def prefer_one(self, request: pb.ContainerPreferredAllocationRequest) -> list[str]:
         available = list(dict.fromkeys(request.available_deviceIDs))

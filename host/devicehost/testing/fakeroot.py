@@ -7,17 +7,32 @@ moved or mounted elsewhere still resolves.
 A simulated node is built at every ``devicehost run --simulate`` start, hundreds of files
 each: the writes use bare system calls on string paths and create parent directories only
 when the kernel says one is missing (an RDMA node: 13 → 5 ms).
+
+Device nodes are real character devices when this process may make them (root, or
+``CAP_MKNOD``): a container runtime refuses a regular file where an Allocate answer or a
+CDI spec names a device node ("not a device node"). They carry the numbers of
+``/dev/null`` (1:3), so a container given one can open it and nothing happens. Elsewhere
+(an unprivileged demo or test) they are empty regular files, said once in the log.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
 NEW_FILE = os.O_WRONLY | os.O_CREAT
+#: The major and minor number of every simulated device node: ``/dev/null``'s, harmless to
+#: open, read and write, and allowed in every container's device cgroup already.
+SIMULATED_DEVICE = os.makedev(1, 3)
+
+log = logging.getLogger(__name__)
+#: False once mknod was refused in this process: later nodes are regular files at once.
+_mknod_allowed = True
 
 
 class FakeRoot:
@@ -90,21 +105,39 @@ class FakeRoot:
         return Path(link)
 
     def char_device(self, rel: str) -> Path:
-        """A stand-in for a device node: an empty file (no mknod, so no root needed);
-        return its real path."""
+        """A device node: a character device 1:3 (``/dev/null``'s numbers) when mknod is
+        permitted, else an empty regular file. One already there is left as it is; return its
+        real path."""
+        global _mknod_allowed
         target = self._real(rel)
+        if _mknod_allowed:
+            try:
+                _with_parents(
+                    target, lambda: os.mknod(target, stat.S_IFCHR | 0o666, SIMULATED_DEVICE)
+                )
+                return Path(target)
+            except FileExistsError:
+                return Path(target)
+            except PermissionError as exc:
+                _mknod_allowed = False
+                log.warning(
+                    "cannot make device nodes here (%s: needs root or CAP_MKNOD): simulated "
+                    "device nodes are regular files, which a container runtime refuses to "
+                    "give a container",
+                    exc.strerror,
+                )
         os.close(_with_parents(target, lambda: os.open(target, NEW_FILE, 0o666)))
         return Path(target)
 
     def remove(self, rel: str) -> None:
         """Remove a file, link or whole subtree (a device unplugged)."""
         target = self.at(rel)
-        if target.is_symlink() or target.is_file():
-            target.unlink()
-        elif target.is_dir():
+        if target.is_dir() and not target.is_symlink():
             for child in sorted(target.rglob("*"), key=lambda p: len(p.parts), reverse=True):
                 child.unlink() if child.is_symlink() or not child.is_dir() else child.rmdir()
             target.rmdir()
+        elif os.path.lexists(target):  # a file, link or device node
+            target.unlink()
 
     def pci_device(
         self,
