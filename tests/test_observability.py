@@ -52,10 +52,10 @@ def traced(install, run_host, kubelet, receiver, plugin_dir):
     def start(section=None, target=SCRIPTED, resource=RES, **overrides):
         install("devicehost-alpha", drivers={"alpha": target})
         overrides.setdefault("pod_resources_socket", plugin_dir / "pod-resources.sock")
+        overrides.setdefault("node_name", "node-a")
         host = run_host(
             enabled_drivers=("alpha",),
             otlp_endpoint=receiver.endpoint,
-            node_name="node-a",
             drivers={"alpha": {"resources": {RES: 4}} if section is None else section},
             **overrides,
         )
@@ -253,7 +253,8 @@ def test_preferred_allocation_and_registration_are_traced(traced, kubelet, recei
 
 def test_pod_identity_arrives_on_a_follow_up_span(traced_path, kubelet, receiver, plugin_dir):
     """After Allocate, the pod that got the devices is found through PodResources and put
-    on a follow-up span in the same trace, linked to the Allocate span."""
+    on a follow-up span in the same trace, linked to the Allocate span, under the
+    semantic conventions' k8s.* keys the kubelet's own spans carry."""
     with PodResourcesStandIn(plugin_dir / "pod-resources.sock") as pods:
         resource = traced_path()
         pods.assign("shop", "web-0", "main", resource, ["dev-2"])
@@ -261,31 +262,74 @@ def test_pod_identity_arrives_on_a_follow_up_span(traced_path, kubelet, receiver
         allocate = receiver.wait_for_span(ALLOCATE)
         identity = receiver.wait_for_span("devicehost/PodIdentity")
     attrs = attributes(identity)
-    workload = (
-        attrs["devicehost.workload.pod.name"],
-        attrs["devicehost.workload.namespace.name"],
-        attrs["devicehost.workload.container.name"],
-    )
+    workload = (attrs["k8s.pod.name"], attrs["k8s.namespace.name"], attrs["k8s.container.name"])
     assert workload == ("web-0", "shop", "main")
-    assert not {"k8s.pod.name", "k8s.namespace.name", "k8s.container.name"} & set(attrs)
+    assert attrs["k8s.node.name"] == "node-a"
     assert identity.trace_id == allocate.trace_id
     assert identity.parent_span_id == allocate.span_id
     assert [link.span_id for link in identity.links] == [allocate.span_id]
 
 
+def test_pod_uid_comes_from_the_kubelets_device_checkpoint(
+    traced_path, kubelet, receiver, plugin_dir
+):
+    """The pod's UID, which PodResources does not give, is read from the kubelet's
+    device-manager checkpoint (written by the stand-in in the kubelet's format) and put on
+    the PodIdentity span as k8s.pod.uid: the key a search in Jaeger by pod UID matches on
+    the kubelet's spans too."""
+    uid = "8f3c2a1e-5b7d-4c9a-9e21-0d6f4b8a7c35"
+    with PodResourcesStandIn(plugin_dir / "pod-resources.sock") as pods:
+        resource = traced_path()
+        pods.assign("shop", "web-0", "main", resource, ["dev-2"])
+        kubelet.allocate(resource, [["dev-2"]], pod_uid=uid, container_names=["main"])
+        identity = receiver.wait_for_span("devicehost/PodIdentity")
+    assert attributes(identity)["k8s.pod.uid"] == uid
+
+
+def test_pod_uid_is_left_out_when_the_checkpoint_names_another_container(
+    traced, kubelet, receiver, plugin_dir
+):
+    """A checkpoint entry is believed only for the very container PodResources named:
+    an entry for another container of the devices gives no k8s.pod.uid, never a wrong
+    one; the pod's name still arrives."""
+    with PodResourcesStandIn(plugin_dir / "pod-resources.sock") as pods:
+        traced()
+        pods.assign("shop", "web-0", "main", RES, ["dev-1"])
+        kubelet.allocate(RES, [["dev-1"]], pod_uid="another-pod", container_names=["sidecar"])
+        identity = receiver.wait_for_span("devicehost/PodIdentity", timeout=20)
+    attrs = attributes(identity)
+    assert attrs["k8s.pod.name"] == "web-0"
+    assert "k8s.pod.uid" not in attrs
+
+
 def test_pod_identity_on_pre_start_span_when_driver_requires_pre_start(
     traced, kubelet, receiver, plugin_dir
 ):
-    """With pre-start required, the PreStartContainer span itself carries the pod."""
+    """With pre-start required, the PreStartContainer span itself carries the pod, its
+    UID from the kubelet's checkpoint included."""
     with PodResourcesStandIn(plugin_dir / "pod-resources.sock") as pods:
         pods.assign("ml", "train-1", "worker", RES, ["dev-1"])
         traced(target="testdrivers.scripted:ScriptedWithPreStart")
-        kubelet.allocate(RES, [["dev-1"]])
+        kubelet.allocate(RES, [["dev-1"]], pod_uid="uid-train-1", container_names=["worker"])
         kubelet.pre_start(RES, ["dev-1"])
         span = receiver.wait_for_span("v1beta1.DevicePlugin/PreStartContainer")
-    assert attributes(span)["devicehost.workload.pod.name"] == "train-1"
-    assert attributes(span)["devicehost.workload.container.name"] == "worker"
+    attrs = attributes(span)
+    assert (attrs["k8s.pod.name"], attrs["k8s.container.name"]) == ("train-1", "worker")
+    assert attrs["k8s.pod.uid"] == "uid-train-1"
     assert receiver.named("devicehost/PodIdentity") == []
+
+
+def test_node_name_from_otel_resource_attributes_goes_on_spans(
+    traced, kubelet, receiver, monkeypatch
+):
+    """Without nodeName configured, k8s.node.name from OTEL_RESOURCE_ATTRIBUTES (the
+    downward API's spec.nodeName) is put on request spans as well as the resource."""
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "k8s.node.name=node-from-env")
+    traced(node_name="")
+    kubelet.allocate(RES, [["dev-0"]])
+    span = receiver.wait_for_span(ALLOCATE)
+    assert attributes(span)["k8s.node.name"] == "node-from-env"
+    assert receiver.resources[receiver.spans.index(span)]["k8s.node.name"] == "node-from-env"
 
 
 def test_missing_pod_resources_socket_leaves_allocate_working(traced, kubelet, receiver, caplog):

@@ -99,10 +99,13 @@ class Tour:
                 print(f"  {name}: no healthy device to allocate")
                 continue
             chosen = self.kubelet.preferred_allocation(name, healthy, size=1)
-            # The kubelet records the assignment; PodResources then reports it.
+            # The kubelet records the assignment (its checkpoint has the pod's UID);
+            # PodResources then reports it.
             self.pods.assign("demo", f"pod-{number}", "main", name, chosen)
             started = time.perf_counter()
-            (container,) = self.kubelet.allocate(name, [chosen])
+            (container,) = self.kubelet.allocate(
+                name, [chosen], pod_uid=_demo_uid(number), container_names=["main"]
+            )
             if self.kubelet.options(name).pre_start_required:
                 self.kubelet.pre_start(name, chosen)
             ms = (time.perf_counter() - started) * 1000
@@ -159,6 +162,11 @@ class Tour:
                 print(f"    {line}")
 
 
+def _demo_uid(number: int) -> str:
+    """A fixed UID for demo pod ``number``, shaped as the API server makes them."""
+    return f"00000000-0000-4000-8000-{number:012d}"
+
+
 def _print_spans(receiver: OtlpReceiver | None, endpoint: str) -> None:
     if receiver is None:
         print(f"  spans exported to {redact_url(endpoint)} (OTLP); look for service 'devicehost'")
@@ -173,10 +181,11 @@ def _print_spans(receiver: OtlpReceiver | None, endpoint: str) -> None:
         print(f"    {count:>3} x {name}")
     for span in receiver.named("devicehost/PodIdentity")[:3]:
         attrs = attributes(span)
-        namespace, pod = attrs[tracing.WORKLOAD_NAMESPACE], attrs[tracing.WORKLOAD_POD]
+        namespace, pod = attrs[tracing.NAMESPACE], attrs[tracing.POD_NAME]
+        uid = attrs.get(tracing.POD_UID, "unknown")
         print(
-            f"    pod identity: {namespace}/{pod} "
-            f"container {attrs[tracing.WORKLOAD_CONTAINER]} got "
+            f"    pod identity: {namespace}/{pod} (uid {uid}) "
+            f"container {attrs[tracing.CONTAINER]} got "
             f"{', '.join(attrs['devicehost.device_ids.requested'])}"
         )
 

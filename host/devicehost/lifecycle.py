@@ -38,6 +38,7 @@ from devicehost.drivers.snapshots import ResourceState
 from devicehost.drivers.supervisor import STOP_GRACE_SECONDS, DriverFinal, DriverHandle
 from devicehost.drivers.zygote import Zygote
 from devicehost.errors import ConfigError, DriverError
+from devicehost.kubelet.checkpoint import CHECKPOINT_FILE
 from devicehost.kubelet.restart_watch import DirectoryWatcher, file_identity
 from devicehost.kubelet.runner import ResourceRunner
 from devicehost.kubelet.servicer import DevicePluginServicer
@@ -99,7 +100,10 @@ class Host:
         #: Drivers discovered and workers spawned before the host was built (``early``).
         self._early = early
         self.telemetry = telemetry or Telemetry.from_config(
-            config, functools.partial(pod_resolver, config.pod_resources_socket)
+            config,
+            functools.partial(
+                pod_resolver, config.pod_resources_socket, config.plugin_dir / CHECKPOINT_FILE
+            ),
         )
         self.use_inotify = use_inotify
         self.plugins: PluginSet | None = early.plugins if early else None
@@ -610,12 +614,13 @@ class Host:
         await self.zygote.close()
 
 
-def pod_resolver(socket: Path | None) -> PodLookup:
-    """The kubelet's PodResources client, imported only when tracing needs it (its
-    generated protobuf modules cost every start otherwise)."""
+def pod_resolver(socket: Path | None, checkpoint: Path | None = None) -> PodLookup:
+    """The kubelet's PodResources client (pod UIDs from its device-manager ``checkpoint``),
+    imported only when tracing needs it (its generated protobuf modules cost every start
+    otherwise)."""
     from devicehost.kubelet.podresources import PodResolver
 
-    return PodResolver(socket)
+    return PodResolver(socket, checkpoint=checkpoint)
 
 
 async def serve(

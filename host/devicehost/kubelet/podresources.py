@@ -4,6 +4,9 @@ Allocate carries device IDs only. After it returns, the kubelet records the assi
 ``List`` on ``pod-resources/kubelet.sock`` shows it. The resolver asks there, off the
 request path, with a few retries, and never longer than a short timeout per call: a
 missing or hanging socket costs spans their pod attributes, never a pod its start.
+PodResources has no pod UID; the kubelet's device-manager checkpoint has it
+(``checkpoint``), written just after the assignment shows in ``List``, so a pod found
+without its UID is looked for again while retries last.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import grpc
 
 from devicehost._proto.podresources.v1 import api_pb2 as pr
 from devicehost._proto.podresources.v1 import api_pb2_grpc as pr_grpc
+from devicehost.kubelet.checkpoint import DeviceCheckpoint
 from devicehost.telemetry.pods import PodIdentity
 
 log = logging.getLogger(__name__)
@@ -33,8 +37,12 @@ class PodResolver:
         socket: Path | None,
         retry_delays: Sequence[float] = RETRY_DELAYS,
         call_timeout: float = CALL_TIMEOUT_SECONDS,
+        checkpoint: Path | None = None,
     ) -> None:
+        """``checkpoint``: the kubelet's ``kubelet_internal_checkpoint``, for pod UIDs
+        (None: spans carry none)."""
         self.socket = socket
+        self.checkpoint = DeviceCheckpoint(checkpoint) if checkpoint is not None else None
         self.retry_delays = tuple(retry_delays)
         self.call_timeout = call_timeout
         self._channel: grpc.aio.Channel | None = None
@@ -75,17 +83,29 @@ class PodResolver:
             for container in pod.containers:
                 for devices in container.devices:
                     if devices.resource_name == resource and wanted <= set(devices.device_ids):
-                        return PodIdentity(pod.name, pod.namespace, container.name)
+                        uid = None
+                        if self.checkpoint is not None:
+                            uid = self.checkpoint.pod_uid(resource, container.name, device_ids)
+                        return PodIdentity(pod.name, pod.namespace, container.name, uid or "")
         return None
 
     async def resolve(self, resource: str, device_ids: Sequence[str]) -> PodIdentity | None:
-        """Retry ``lookup`` while the kubelet records the assignment; None if it never shows."""
+        """Retry ``lookup`` while the kubelet records the assignment; None if it never shows.
+        A pod found without its UID is asked for again while the checkpoint exists, and
+        returned as found when the retries run out."""
+        found = None
         for delay in self.retry_delays:
             await asyncio.sleep(delay)
-            identity = await self.lookup(resource, device_ids)
-            if identity is not None or not self._available():
+            identity = await self.lookup(resource, device_ids) or found
+            found = identity
+            if identity is not None and (identity.uid or not self._checkpoint_exists()):
                 return identity
-        return None
+            if not self._available():
+                return found
+        return found
+
+    def _checkpoint_exists(self) -> bool:
+        return self.checkpoint is not None and self.checkpoint.path.exists()
 
     async def close(self) -> None:
         if self._channel is not None:

@@ -31,12 +31,16 @@ POD_IDENTITY_SPAN = "devicehost/PodIdentity"
 
 
 def pod_attributes(identity: PodIdentity) -> dict[str, str]:
-    """The workload's identity, under keys of its own (never devicehost's own k8s.pod.*)."""
-    return {
-        tracing.WORKLOAD_POD: identity.pod,
-        tracing.WORKLOAD_NAMESPACE: identity.namespace,
-        tracing.WORKLOAD_CONTAINER: identity.container,
+    """The workload's identity under the keys the kubelet's spans use (``k8s.pod.uid``
+    only when known)."""
+    attributes = {
+        tracing.POD_NAME: identity.pod,
+        tracing.NAMESPACE: identity.namespace,
+        tracing.CONTAINER: identity.container,
     }
+    if identity.uid:
+        attributes[tracing.POD_UID] = identity.uid
+    return attributes
 
 
 @dataclass

@@ -13,11 +13,12 @@ from typing import Protocol
 
 @dataclass(frozen=True)
 class PodIdentity:
-    """The workload container that was given some devices."""
+    """The workload container that was given some devices; ``uid`` "" when unknown."""
 
     pod: str
     namespace: str
     container: str
+    uid: str = ""
 
 
 class PodLookup(Protocol):

@@ -67,12 +67,14 @@ CONTAINER_INDEX = "devicehost.container.index"
 CONTAINER_COUNT = "devicehost.container.count"
 ATTEMPT = "devicehost.kubelet.registration.attempt"
 NODE = "k8s.node.name"
-# The workload that received devices. Not k8s.pod.name and friends: those describe the
-# process that emits the telemetry — devicehost's own pod, set as resource attributes by
-# deploy/components/otel — and one key must never name two different pods.
-WORKLOAD_POD = "devicehost.workload.pod.name"
-WORKLOAD_NAMESPACE = "devicehost.workload.namespace.name"
-WORKLOAD_CONTAINER = "devicehost.workload.container.name"
+# The workload that received devices, under the semantic conventions' Kubernetes keys, as
+# the kubelet's own spans carry them (syncPod: k8s.pod.name, k8s.namespace.name,
+# k8s.pod.uid): one search by a pod's UID finds the kubelet's spans and devicehost's. On a
+# span they name the pod the span is about; devicehost's own pod, if named at all, is on
+# the resource (OTEL_RESOURCE_ATTRIBUTES), as the conventions use these keys there.
+POD_NAME = "k8s.pod.name"
+NAMESPACE = "k8s.namespace.name"
+CONTAINER = "k8s.container.name"
 # RPC semantic conventions (see the module docstring).
 RPC_SYSTEM = "rpc.system.name"
 RPC_METHOD = "rpc.method"
@@ -314,11 +316,14 @@ class Tracing:
             "service.name": os.environ.get("OTEL_SERVICE_NAME", "devicehost"),
             "service.version": version,
         }
+        # OTEL_RESOURCE_ATTRIBUTES (read by Resource.create) may name the instance, the
+        # pod UID or the node; only when it names no instance is one made here, and its
+        # node goes on spans too when no nodeName is configured.
+        from_env = Resource.create({}).attributes
+        if not node_name and isinstance(from_env.get(NODE), str):
+            node_name = str(from_env[NODE])
         if node_name:
             attributes[NODE] = node_name
-        # OTEL_RESOURCE_ATTRIBUTES (read by Resource.create) may name the instance or the
-        # pod UID; only when it names no instance is one made here.
-        from_env = Resource.create({}).attributes
         if SERVICE_INSTANCE not in from_env:
             attributes[SERVICE_INSTANCE] = instance_id(from_env)
         provider = TracerProvider(resource=Resource.create(attributes))

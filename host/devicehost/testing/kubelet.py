@@ -4,7 +4,9 @@ It serves ``Registration`` on ``kubelet.sock`` with the kubelet's checks (API ve
 resource name, endpoint), dials every registered plugin, keeps its ListAndWatch stream
 open and records every list, and calls Allocate / GetPreferredAllocation /
 PreStartContainer on request. ``restart()`` does what a kubelet restart does: delete every
-socket in the directory and serve a new ``kubelet.sock``.
+socket in the directory and serve a new ``kubelet.sock``. ``allocate(..., pod_uid=...)``
+records the allocation in the device-manager checkpoint as the kubelet does
+(``testing/checkpoint``).
 
 It runs its own event loop in a background thread, so plain synchronous tests use it::
 
@@ -45,6 +47,7 @@ from devicehost.model import (
     Mount,
     resource_name_problem,
 )
+from devicehost.testing.checkpoint import CheckpointWriter
 
 if TYPE_CHECKING:
     from devicehost._proto.deviceplugin.v1beta1.api_pb2_grpc import DevicePluginAsyncStub
@@ -158,6 +161,9 @@ class KubeletStandIn:
         #: resource name → registrations accepted (the endpoint is dialled by then).
         self.accepted: dict[str, int] = {}
         self.restarts = 0
+        #: The device-manager checkpoint (``kubelet_internal_checkpoint``) ``allocate``
+        #: writes when given a pod UID.
+        self.checkpoint = CheckpointWriter(self.plugin_dir)
         #: ``time.perf_counter()`` when kubelet.sock last started answering, and when each
         #: resource was last accepted (benchmarks time restarts with these).
         self.serving_since = 0.0
@@ -406,12 +412,47 @@ class KubeletStandIn:
         return _options(options)
 
     def allocate(
-        self, resource: str, containers: Sequence[Sequence[str]], timeout: float | None = 30.0
+        self,
+        resource: str,
+        containers: Sequence[Sequence[str]],
+        timeout: float | None = 30.0,
+        *,
+        pod_uid: str = "",
+        container_names: Sequence[str] = (),
     ) -> Allocated:
         """Call Allocate with one container request per list of IDs; return one
-        ``ContainerEdits`` per container, in order. A refusal raises ``grpc.RpcError``."""
+        ``ContainerEdits`` per container, in order. A refusal raises ``grpc.RpcError``.
+
+        With ``pod_uid``, the answer is then recorded in the device-manager checkpoint as
+        the kubelet records it, for that pod and the containers ``container_names`` (in
+        order; ``container-N`` for any not named)."""
         response = self.allocate_raw(resource, containers, timeout)
+        if pod_uid:
+            devices = self.devices(resource)
+            for index, (ids, answer) in enumerate(
+                zip(containers, response.container_responses, strict=True)
+            ):
+                name = container_names[index] if index < len(container_names) else ""
+                self.checkpoint.allocated(
+                    pod_uid,
+                    name or f"container-{index}",
+                    resource,
+                    devices,
+                    ids,
+                    answer.SerializeToString(),
+                    self._healthy_devices(),
+                )
         return Allocated(container_edits(c) for c in response.container_responses)
+
+    def forget_pod(self, pod_uid: str) -> None:
+        """Drop a pod's entries from the device-manager checkpoint (the pod is gone)."""
+        self.checkpoint.forget(pod_uid, self._healthy_devices())
+
+    def _healthy_devices(self) -> dict[str, list[str]]:
+        """``RegisteredDevices`` of the checkpoint: healthy IDs by resource."""
+        with self._cond:
+            names = list(self.endpoints)
+        return {name: [i for i, d in self.devices(name).items() if d.healthy] for name in names}
 
     def allocate_raw(
         self, resource: str, containers: Sequence[Sequence[str]], timeout: float | None = 30.0
