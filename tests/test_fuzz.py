@@ -606,6 +606,7 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "registration.rejectedBackoffSeconds": SECONDS,
     "simulate": st.sampled_from([True, False, "true", "off", "1"]),
     "simulateNode": st.sampled_from(["", "dgx-h100", "atlas-800-9000"]),
+    "simulateDir": st.sampled_from(["", None, "/var/lib/devicehost-simulation", "relative/dir"]),
     "log.format": st.sampled_from(["text", "json", "JSON"]),
     "log.level": st.sampled_from(["debug", "info", "warning", "error", "INFO"]),
     "metrics.address": st.sampled_from(["", "127.0.0.1:9400", ":9400", "[::1]:9400"]),
