@@ -210,7 +210,7 @@ def test_serve_shows_registration_devices_and_an_allocate_answer():
     assert (
         "  Allocate ['widget0']:\n"
         "    env WIDGET_VISIBLE_DEVICES=widget0\n"
-        "    device /dev/widget0->/dev/widget0 (rw)\n"
+        f"    device {tree.group(1)}/dev/widget0->/dev/widget0 (rw)\n"
     ) in out
     assert not Path(tree.group(1)).exists()  # removed when it stopped
 
