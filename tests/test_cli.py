@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -458,3 +460,234 @@ def test_otlp_credentials_never_reach_the_output_or_the_log(tmp_path, plugin_dir
     assert b"stopped" in stderr
     assert b"tracing to http://***@127.0.0.1:9/v1/traces" in stderr  # named, redacted
     assert b"s3cret" not in stderr
+
+
+# -- config checks: every source named, each error said once ---------------------------------
+
+
+def test_a_misspelt_disabled_driver_flag_is_refused_naming_the_flag():
+    """`--disable-drivers nosuch` exits 2 naming the flag and the installed drivers, as a
+    misspelt enabled driver does: it would leave the driver meant to be off serving."""
+    result = devicehost("config", "--disable-drivers", "nosuch")
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        "devicehost: config error: flag --disable-drivers: disabledDrivers: no installed "
+        "driver is named 'nosuch'; installed: "
+    ), result.stderr
+
+
+def test_a_misspelt_disabled_driver_in_the_file_is_refused_naming_the_file(tmp_path):
+    """`disabledDrivers: [nvidai]` in a config file exits 2 naming the file and key."""
+    path = config_file(tmp_path, "disabledDrivers: [nvidai]\n")
+    result = devicehost("config", "--config", str(path))
+    assert result.returncode == 2
+    assert (
+        f"devicehost: config error: {path}: disabledDrivers: no installed driver is named "
+        "'nvidai'; installed: "
+    ) in result.stderr
+
+
+def test_an_unknown_enabled_driver_names_the_flag_it_came_from(tmp_path):
+    """`--drivers nosuch` names the flag as the source, as the command line spells it,
+    not the config key alone."""
+    result = devicehost("config", "--drivers", "nosuch")
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        "devicehost: config error: flag --drivers: enabledDrivers: no installed driver is "
+        "named 'nosuch'"
+    ), result.stderr
+
+
+def test_config_refuses_an_otlp_endpoint_that_is_no_url(tmp_path):
+    """`tracing.otlpEndpoint: "not a url"` fails `devicehost config` (exit 2) naming the
+    file and key, instead of a host that fails at every export."""
+    path = config_file(tmp_path, 'tracing:\n  otlpEndpoint: "not a url"\n')
+    result = devicehost("config", "--config", str(path))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"devicehost: config error: {path}: tracing.otlpEndpoint: expected an OTLP URL such "
+        "as http://collector:4317, got 'not a url'"
+    )
+
+
+def test_config_refuses_a_relative_cdi_dir(tmp_path):
+    """A relative `cdi.dir` fails `devicehost config` (exit 2): the runtime reads specs
+    from an absolute directory, and a relative one would depend on the host's cwd."""
+    path = config_file(tmp_path, "cdi:\n  dir: run/cdi\n")
+    result = devicehost("config", "--config", str(path))
+    assert result.returncode == 2
+    assert (
+        f"devicehost: config error: {path}: cdi.dir: expected an absolute path, got 'run/cdi'"
+    ) in result.stderr
+
+
+def test_a_driver_config_error_is_printed_once(tmp_path):
+    """`devicehost config` says a driver's refusal of its section once, as its own error;
+    the host's log line for the same refusal is not printed beside it."""
+    result = run_with_alpha(
+        tmp_path, "config", "drivers:\n  alpha:\n    resources: {a.example/x: lots}\n"
+    )
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if "expected a device count" in line]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("devicehost: config error: ")
+
+
+def test_mounts_offers_only_the_flags_it_reads():
+    """`mounts --help` lists the flags that change its answer (plugin directory,
+    PodResources socket, driver selection, hook timeout, logs) and no other;
+    `mounts --simulate` is an error naming the command."""
+    help_text = devicehost("mounts", "--help").stdout
+    for flag in ("--plugin-dir", "--pod-resources-socket", "--drivers", "--disable-drivers"):
+        assert flag in help_text, flag
+    for flag in ("--simulate", "--root", "--node ", "--metrics-address", "--otlp-endpoint"):
+        assert flag not in help_text, flag
+    result = devicehost("mounts", "--simulate")
+    assert result.returncode == 2
+    assert "'mounts' does not take --simulate" in result.stderr
+
+
+# -- the plugin directory -------------------------------------------------------------------
+
+
+def _run_until(args: list[str], wanted: str, site: Path | None = None) -> list[str]:
+    """Start `devicehost run ARGS`, read its log until a line contains ``wanted`` (or it
+    exits, or 60 s pass), then stop it with SIGTERM; the log lines read."""
+    paths = [str(Path(__file__).parent)] + ([str(site)] if site else [])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    env.pop("DEVICEHOST_CONFIG", None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "devicehost.cli", "run", *args],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            lines.put(line)
+        lines.put(None)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    seen: list[str] = []
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            seen.append(line)
+            if wanted in line:
+                break
+    finally:
+        process.terminate()
+        process.wait(30)
+        reader.join(10)
+    return seen
+
+
+def test_run_creates_a_missing_plugin_directory_before_serving(tmp_path, plugin_dir):
+    """A plugin directory that does not exist yet is created first, said once in the log,
+    and every resource serves at its first try: no bind error, no retry."""
+    plugin_dir = plugin_dir / "kubelet" / "dp"  # a short path: unix sockets go in it
+    config = config_file(
+        tmp_path, "drivers:\n  alpha:\n    resources: {a.example/x: 1, b.example/y: 1}\n"
+    )
+    lines = _run_until(
+        [
+            "--config", str(config), "--drivers", "alpha", "--root", str(tmp_path),
+            "--plugin-dir", str(plugin_dir), "--metrics-address", "",
+            "--pod-resources-socket", "",
+        ],
+        "kubelet.sock does not exist",  # registration: both sockets are served by then
+        site=scripted_site(tmp_path),
+    )  # fmt: skip
+    created = [line for line in lines if "created the plugin directory" in line]
+    assert len(created) == 1, lines
+    assert str(plugin_dir) in created[0]
+    assert not [line for line in lines if "bind" in line.lower() or "cannot serve" in line]
+    assert any("kubelet.sock does not exist" in line for line in lines), lines
+
+
+def test_run_logs_one_resource_in_the_singular(tmp_path, plugin_dir):
+    """A host serving one resource says "serving 1 resource", not "1 resources"."""
+    config = config_file(tmp_path, "drivers:\n  alpha:\n    resources: {a.example/x: 1}\n")
+    lines = _run_until(
+        [
+            "--config", str(config), "--drivers", "alpha", "--root", str(tmp_path),
+            "--plugin-dir", str(plugin_dir), "--metrics-address", "",
+            "--pod-resources-socket", "",
+        ],
+        "serving 1 ",
+        site=scripted_site(tmp_path),
+    )  # fmt: skip
+    assert any("serving 1 resource: a.example/x" in line for line in lines), lines
+
+
+def _in_own_mount_namespace(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the shell ``script`` (with ``args`` as $1...) in a mount namespace of its own, so
+    it may mount over directories without touching this machine's."""
+    unshare = shutil.which("unshare")
+    if unshare is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare(1) for a private mount namespace")
+    probe = subprocess.run([unshare, "-m", "true"], capture_output=True, check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a mount namespace here: {probe.stderr.decode().strip()}")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    env.pop("DEVICEHOST_CONFIG", None)
+    return subprocess.run(
+        [unshare, "-m", "--propagation", "private", "sh", "-c", script, "sh", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_run_on_a_read_only_filesystem_says_so_not_run_as_root(tmp_path):
+    """A plugin directory on a read-only filesystem is refused (exit 1) saying the
+    filesystem is read-only, never "permission denied; run as root" to root."""
+    mount_point = tmp_path / "ro"
+    mount_point.mkdir()
+    result = _in_own_mount_namespace(
+        'mount -t tmpfs -o ro tmpfs "$1" && exec "$2" -m devicehost.cli run --plugin-dir "$1/dp"',
+        str(mount_point),
+        sys.executable,
+    )
+    assert result.returncode == 1, result.stderr
+    assert f"plugin directory {mount_point / 'dp'} does not exist and cannot be created" in (
+        result.stderr
+    )
+    assert "the filesystem is mounted read-only" in result.stderr
+    assert "run as root" not in result.stderr
+
+
+def test_a_simulated_run_creates_nothing_outside_the_paths_it_was_given(tmp_path):
+    """`run --simulate --plugin-dir <elsewhere>` creates nothing in the kubelet's
+    directories or under /run (fresh, empty filesystems over /var/lib and /run in a
+    private mount namespace stay empty): only the given directory and its simulated tree."""
+    plugin_dir = tmp_path / "plugins"
+    script = (
+        "mount -t tmpfs tmpfs /var/lib && mount -t tmpfs tmpfs /run || exit 99\n"
+        '"$1" -m devicehost.cli run --simulate --plugin-dir "$2" --metrics-address "" '
+        '2> "$3" &\n'
+        "pid=$!\n"
+        # until every resource is served and registration is tried
+        'for _ in $(seq 600); do grep -q "kubelet.sock does not exist" "$3" && break; '
+        "sleep 0.1; done\n"
+        'kill -TERM $pid; wait $pid; echo "exit $?"\n'
+        "find /var/lib /run -mindepth 1\n"
+    )
+    log = tmp_path / "run.log"
+    result = _in_own_mount_namespace(script, sys.executable, str(plugin_dir), str(log))
+    assert result.returncode != 99, result.stderr
+    assert "kubelet.sock does not exist" in log.read_text(), log.read_text()
+    assert result.stdout.splitlines() == ["exit 0"], result.stdout
+    assert plugin_dir.is_dir()

@@ -209,3 +209,55 @@ def test_yaml_syntax_errors_name_the_file(tmp_path):
     with pytest.raises(ConfigError) as failed:
         load_config(path, env={})
     assert f'in "{path}", line' in str(failed.value)
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    ["http://jaeger:4317", "https://user:pw@collector.example:4318/v1/traces", "jaeger:4317", ""],
+)
+def test_an_otlp_endpoint_that_is_a_url_is_taken(endpoint):
+    """http(s) URLs, with credentials or a path, and bare host:port (sent as http) pass."""
+    config = load_config(env={"DEVICEHOST_OTLP_ENDPOINT": endpoint})
+    assert config.otlp_endpoint == endpoint
+
+
+@pytest.mark.parametrize(
+    "endpoint", ["not a url", "ftp://collector:21", "http://", "http://jaeger:99999", "://x"]
+)
+def test_an_otlp_endpoint_that_is_no_url_is_refused_naming_the_key(tmp_path, endpoint):
+    """An endpoint with spaces, another scheme, no host or a port out of range is refused
+    at load, naming the file and tracing.otlpEndpoint."""
+    path = write(tmp_path, f"tracing:\n  otlpEndpoint: {endpoint!r}\n")
+    with pytest.raises(ConfigError, match=rf"{path}: tracing\.otlpEndpoint: expected an OTLP URL"):
+        load_config(path, env={})
+
+
+def test_the_standard_otlp_variables_get_the_same_check():
+    """OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is checked like the setting, naming the variable."""
+    with pytest.raises(ConfigError, match="env OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: tracing"):
+        load_config(env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "not a url"})
+
+
+def test_a_relative_cdi_dir_is_refused(tmp_path):
+    """cdi.dir must be absolute: the runtime reads specs from an absolute directory."""
+    path = write(tmp_path, "cdi:\n  dir: run/cdi\n")
+    with pytest.raises(ConfigError, match=rf"{path}: cdi\.dir: expected an absolute path"):
+        load_config(path, env={})
+
+
+def test_each_value_keeps_where_it_was_set(tmp_path):
+    """HostConfig.sources names the file, env var or flag (as the command line spells it)
+    each value came from; a key inside a section is where its section was set; a default
+    is "config"."""
+    path = write(tmp_path, "drivers:\n  nvidia: {}\nscanIntervalSeconds: 3\n")
+    config = load_config(
+        path,
+        env={"DEVICEHOST_DISABLE_DRIVERS": "rdma"},
+        flags={"enabled_drivers": "nvidia"},
+        flag_names={"enabled_drivers": "--drivers"},
+    )
+    assert config.source_of("enabledDrivers") == "flag --drivers"
+    assert config.source_of("disabledDrivers") == "env DEVICEHOST_DISABLE_DRIVERS"
+    assert config.source_of("scanIntervalSeconds") == str(path)
+    assert config.source_of("drivers.nvidia.migStrategy") == str(path)
+    assert config.source_of("pluginDir") == "config"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -93,3 +96,46 @@ def test_fake_root_files_are_not_executable(tmp_path):
     root = FakeRoot(tmp_path)
     for path in (root.write("/sys/a/attr", "1"), root.char_device("/dev/x")):
         assert path.stat().st_mode & 0o111 == 0
+
+
+KUBELET_RESTARTS_IN_PROCESS = """
+import sys, tempfile
+from pathlib import Path
+from devicehost.config import HostConfig
+from devicehost.testing.hostthread import HostThread
+from devicehost.testing.kubelet import KubeletStandIn
+
+work = Path(sys.argv[1])
+kubelet = KubeletStandIn(work / "dp", start=True)
+config = HostConfig(
+    plugin_dir=work / "dp", root=work, simulate=True, enabled_drivers=("template",),
+    metrics_address="", pod_resources_socket=None,
+)
+host = HostThread(config).start()
+for restart in range(1, 11):
+    for name in host.host.resources:
+        kubelet.wait_registered(name, count=restart)
+    kubelet.restart()
+kubelet.close()
+host.stop()
+"""
+
+
+def test_the_kit_in_process_writes_no_grpc_chatter(tmp_path):
+    """A host and kubelet stand-in in one process (a driver author's test), through kubelet
+    restarts that cut calls off, write none of gRPC's connection chatter ("Got goaway") to
+    stderr, with GRPC_VERBOSITY unset."""
+    script = tmp_path / "restarts.py"
+    script.write_text(KUBELET_RESTARTS_IN_PROCESS)
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
+    result = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "kubelet restart detected" in result.stderr  # the restarts happened
+    assert "goaway" not in result.stderr.lower(), result.stderr

@@ -8,7 +8,14 @@ device names as people do (``gpu-2`` before ``gpu-10``). Everything else is the
 host's business. The testing kit is ``devicehost.testing``.
 """
 
+import os as _os
 from typing import TYPE_CHECKING, Any
+
+# gRPC's C core writes connection chatter below ERROR straight to stderr ("Got goaway ...
+# Cancelling all calls" when a kubelet goes away mid-call): noise in every log and test run.
+# It reads its level once, as grpc is first imported, which in this package always comes
+# after this line. GRPC_VERBOSITY=info (or debug) in the environment shows it again.
+_os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 if TYPE_CHECKING:
     from devicehost.errors import (

@@ -41,7 +41,7 @@ examples:
   devicehost mounts --output kustomize    the host paths the pod must mount, as a patch
   devicehost new-driver acme              write a standalone driver project to start from
 
-After `make setup` the command is .venv/bin/devicehost (or `uv run devicehost`).
+After `make setup` the command is .venv/bin/devicehost (or `.tools/bin/uv run devicehost`).
 """
 
 # Flags for the settings an operator sets on the command line; the rest are file/env only.
@@ -69,7 +69,8 @@ _LOGS = ("log_format", "log_level")
 _COMMAND_FLAGS: dict[str, tuple[str, ...]] = {
     "run": tuple(_FLAGS),
     "config": tuple(_FLAGS),
-    "mounts": tuple(_FLAGS),
+    # The host's own paths and the drivers' declarations (asked without configure).
+    "mounts": ("plugin_dir", "pod_resources_socket", *_SELECTION, "hook_timeout", *_LOGS),
     "drivers": ("root", *_SELECTION, "hook_timeout", "simulate", "simulate_node", *_LOGS),
     "devices": ("root", *_SELECTION, "hook_timeout", "simulate", "simulate_node", *_LOGS),
     "demo": (*_SELECTION, "hook_timeout", "simulate_node", "node_name", "otlp_endpoint", *_LOGS),
@@ -235,7 +236,17 @@ def _misplaced_flags(args: argparse.Namespace) -> list[str]:
 
 def _load(args: argparse.Namespace) -> HostConfig:
     flags = {attr: getattr(args, attr, None) for attr in _FLAGS}
-    return load_config(getattr(args, "config", None), flags=flags)
+    names = {attr: flag for attr, (flag, _) in _FLAGS.items()}
+    return load_config(getattr(args, "config", None), flags=flags, flag_names=names)
+
+
+def _sourced(exc: ConfigError, config: HostConfig) -> ConfigError:
+    """An error about an effective setting (source ``config``, found after loading: a
+    driver name no installed driver has) with the source that set it: ``flag --drivers``,
+    ``env DEVICEHOST_DRIVERS`` or the file."""
+    if exc.source != "config" or not exc.key:
+        return exc
+    return ConfigError(config.source_of(exc.key), exc.key, exc.problem)
 
 
 async def _drivers(config: HostConfig, as_json: bool) -> int:
@@ -315,12 +326,20 @@ async def _check_driver_sections(config: HostConfig) -> None:
     """Let each installed driver validate its own section (its configure raises ValueError),
     and check that every resource's socket path fits the unix limit."""
     from devicehost.drivers.discovery import DriverStatus
+    from devicehost.lifecycle import CONFIG_REFUSED
+
+    def not_refusals(record: logging.LogRecord) -> bool:
+        """The host's log line for a refused section: said below, as this command's error."""
+        return not all(getattr(record, k, None) == v for k, v in CONFIG_REFUSED.items())
 
     host = _host(config)
+    lifecycle_log = logging.getLogger("devicehost.lifecycle")
+    lifecycle_log.addFilter(not_refusals)
     try:
         await host.prepare(scan=False)
     finally:
         await host.stop()
+        lifecycle_log.removeFilter(not_refusals)
     assert host.plugins is not None
     for info in host.plugins.infos:
         if info.status is DriverStatus.FAILED and info.reason.startswith("config drivers."):
@@ -338,8 +357,6 @@ def _host(config: HostConfig) -> Host:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # grpc's C core logs connection chatter (GOAWAY on every kubelet restart) below ERROR.
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     parser = build_parser()
     args = parser.parse_args(argv)
     misplaced = _misplaced_flags(args)
@@ -423,7 +440,7 @@ def _command(args: argparse.Namespace) -> int:
             return run_demo(config, keep_running=args.keep_running)
         raise AssertionError(f"unhandled command {args.command!r}")  # pragma: no cover
     except ConfigError as exc:
-        print(f"devicehost: config error: {exc}", file=sys.stderr)
+        print(f"devicehost: config error: {_sourced(exc, config)}", file=sys.stderr)
         return 2
 
 

@@ -128,6 +128,26 @@ def _address(value: Any) -> str:
     return text
 
 
+def _endpoint(value: Any) -> str:
+    """An OTLP endpoint: ``http(s)://host[:port][/path]``, or ``host:port`` (sent as
+    http://). Checked here, where the key can be named: the exporter would take a bad one
+    and fail at every export, long after start-up."""
+    text = _text(value).strip()
+    if not text:
+        return text
+    expected = f"expected an OTLP URL such as http://collector:4317, got {_short(text)}"
+    if any(c.isspace() for c in text):
+        raise ValueError(expected)
+    try:
+        url = urlsplit(text if "://" in text else f"http://{text}")
+        url.port  # noqa: B018 (raises ValueError when the port is not a number in range)
+    except ValueError:
+        raise ValueError(expected) from None
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ValueError(expected)
+    return text
+
+
 def _driver_sections(value: Any) -> dict[str, dict[str, Any]]:
     if value is None:
         return {}
@@ -192,6 +212,9 @@ class HostConfig:
     cdi_enabled: bool = False
     cdi_dir: Path = Path("/var/run/cdi")
     cdi_drivers: tuple[str, ...] = ()
+    #: setting key → where its value came from (the file, ``env X`` or ``flag --x``), for
+    #: errors found after loading (a driver name no installed driver has); a default has none
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def kubelet_socket(self) -> Path:
@@ -199,6 +222,13 @@ class HostConfig:
 
     def driver_section(self, name: str) -> Mapping[str, Any]:
         return self.drivers.get(name, {})
+
+    def source_of(self, key: str) -> str:
+        """Where setting ``key`` was set (``config`` for a default); a key inside a
+        section (``drivers.nvidia.migStrategy``) is where its section was set."""
+        while key not in self.sources and "." in key:
+            key = key.rpartition(".")[0]
+        return self.sources.get(key, "config")
 
     def to_document(self, redact: bool = False) -> dict[str, Any]:
         """The config as a HostConfig YAML document (what ``devicehost config`` prints,
@@ -366,7 +396,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "tracing.otlpEndpoint",
         "otlp_endpoint",
-        _text,
+        _endpoint,
         "DEVICEHOST_OTLP_ENDPOINT",
         "OTLP endpoint for traces (OTEL_EXPORTER_OTLP_ENDPOINT also works; empty: off)",
     ),
@@ -401,7 +431,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "cdi.dir",
         "cdi_dir",
-        _path,
+        _absolute_path,
         "DEVICEHOST_CDI_DIR",
         "with cdi.enabled: the runtime's CDI spec directory, as this process sees it",
     ),
@@ -501,6 +531,10 @@ def _from_file(path: Path) -> dict[str, Any]:
     return values
 
 
+def _sourced(values: dict[str, Any], source: str) -> dict[str, tuple[Any, str]]:
+    return {attr: (value, source) for attr, value in values.items()}
+
+
 def _parse(setting: Setting, raw: Any, source: str) -> Any:
     try:
         return setting.parse(raw)
@@ -508,11 +542,12 @@ def _parse(setting: Setting, raw: Any, source: str) -> Any:
         raise ConfigError(source, setting.key, str(exc)) from None
 
 
-def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
+def _from_env(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+    values: dict[str, tuple[Any, str]] = {}
     for setting in SETTINGS:
         if setting.env and setting.env in env:
-            values[setting.attr] = _parse(setting, env[setting.env], f"env {setting.env}")
+            source = f"env {setting.env}"
+            values[setting.attr] = (_parse(setting, env[setting.env], source), source)
     return values
 
 
@@ -520,29 +555,33 @@ def load_config(
     path: Path | None = None,
     env: Mapping[str, str] | None = None,
     flags: Mapping[str, Any] | None = None,
+    flag_names: Mapping[str, str] | None = None,
 ) -> HostConfig:
     """Build the effective config. ``flags`` maps setting attributes to flag values
-    (``None`` meaning "not given"); a config path may also come from ``DEVICEHOST_CONFIG``.
+    (``None`` meaning "not given"), and ``flag_names`` each attribute to its flag as the
+    command line spells it (``--drivers``), for errors; a config path may also come from
+    ``DEVICEHOST_CONFIG``. Each value's source is kept in ``HostConfig.sources``.
     """
     env = os.environ if env is None else env
     if path is None and env.get("DEVICEHOST_CONFIG"):
         path = Path(env["DEVICEHOST_CONFIG"])
-    values = _from_file(path) if path else {}
+    values = _sourced(_from_file(path), str(path)) if path else {}
     values.update(_from_env(env))
     by_attr = {s.attr: s for s in SETTINGS}
     for attr, raw in (flags or {}).items():
         if raw is not None:
-            setting = by_attr[attr]
-            values[attr] = _parse(setting, raw, f"flag --{attr.replace('_', '-')}")
+            flag = (flag_names or {}).get(attr) or f"--{attr.replace('_', '-')}"
+            values[attr] = (_parse(by_attr[attr], raw, f"flag {flag}"), f"flag {flag}")
     # The standard variables, the traces-specific one first (OTLP exporter specification).
-    standard = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
-        "OTEL_EXPORTER_OTLP_ENDPOINT"
-    )
-    if "otlp_endpoint" not in values and standard:
-        values["otlp_endpoint"] = standard
-    if not values.get("node_name") and env.get("NODE_NAME"):
-        values["node_name"] = env["NODE_NAME"]
-    return dataclasses.replace(HostConfig(), **values)
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        if "otlp_endpoint" not in values and env.get(name):
+            endpoint = by_attr["otlp_endpoint"]
+            values["otlp_endpoint"] = (_parse(endpoint, env[name], f"env {name}"), f"env {name}")
+    if not values.get("node_name", ("", ""))[0] and env.get("NODE_NAME"):
+        values["node_name"] = (env["NODE_NAME"], "env NODE_NAME")
+    sources = {by_attr[attr].key: source for attr, (_, source) in values.items()}
+    chosen = {attr: value for attr, (value, _) in values.items()}
+    return dataclasses.replace(HostConfig(), **chosen, sources=sources)
 
 
 def with_overrides(

@@ -141,12 +141,29 @@ class Tour:
 
     def kubelet_restart(self) -> None:
         counts = {name: self.kubelet.registration_count(name) for name in self.resources}
+        counted = {name: self.counted(name) for name in self.resources}
         started = time.perf_counter()
         self.kubelet.restart()
         for name in self.resources:
             self.kubelet.wait_registered(name, count=counts[name] + 1, timeout=30)
+            self._wait_counted(name, counted[name] + 1)
         ms = (time.perf_counter() - started) * 1000
         print(f"  all {len(self.resources)} resources re-registered {ms:.0f} ms after the restart")
+
+    def counted(self, resource: str) -> float:
+        """Registrations of ``resource`` the host has counted as accepted (its metric)."""
+        registrations = self.host.host.telemetry.metrics.registrations
+        return float(self.host.call(lambda: registrations.value(resource=resource, result="ok")))
+
+    def _wait_counted(self, resource: str, count: float, timeout: float = 30.0) -> None:
+        """Until the host has counted ``count`` accepted registrations of ``resource``: the
+        stand-in counts one as it accepts it, the host once the answer is back, so the
+        metrics shown next could otherwise miss the last one."""
+        deadline = time.monotonic() + timeout
+        while self.counted(resource) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the host never counted registration #{count:g} of {resource}")
+            time.sleep(0.01)
 
     def metrics(self) -> None:
         server = self.host.host.status_server

@@ -63,6 +63,8 @@ METRICS_BIND_SECONDS = 1.0
 START_WAIT_SECONDS = 5.0
 WATCH_START_SECONDS = 1.0
 RUNNER_RETRY_SECONDS = 1.0
+#: ``extra`` of the log line for a driver that refused its config section
+CONFIG_REFUSED = {"devicehost_config_refused": True}
 
 
 @dataclass
@@ -211,6 +213,7 @@ class Host:
         Returns once every driver has come up, failed or been found unavailable (at most
         ``START_WAIT_SECONDS``): a driver still starting then goes on in the background.
         """
+        self._make_plugin_dir()
         self._lock_plugin_dir()
         await self._start_status_server()
         self._tasks.append(
@@ -225,8 +228,12 @@ class Host:
         self._tasks.append(asyncio.create_task(self._watch_when_registered(), name="watch-start"))
         await self._launch(START_WAIT_SECONDS)
         self._launched.set()
+        count = len(self.resources)
         log.info(
-            "serving %d resources: %s", len(self.resources), ", ".join(self.resources) or "none"
+            "serving %d resource%s: %s",
+            count,
+            "" if count == 1 else "s",
+            ", ".join(self.resources) or "none",
         )
         # The Prometheus client is imported once start-up is over, so its ~20 ms never
         # delay a registration; a scrape before then imports it at once (metrics.py).
@@ -328,7 +335,8 @@ class Host:
             if isinstance(exc.__cause__, ValueError):
                 reason = f"config drivers.{name}: {exc.__cause__}"
                 handle.info.status, handle.info.reason = DriverStatus.FAILED, reason
-                log.error("driver %r is not started: %s", name, reason)
+                # Marked: `devicehost config` reports it as its own error, once.
+                log.error("driver %r is not started: %s", name, reason, extra=CONFIG_REFUSED)
                 raise DriverFinal() from None
             raise
         raw_specs = await process.call("devicehost_resources", timeout)
@@ -465,6 +473,21 @@ class Host:
         return down
 
     # -- the plugin directory --------------------------------------------------------------
+
+    def _make_plugin_dir(self) -> None:
+        """Create the plugin directory when the kubelet has not made it yet, before any
+        socket is bound in it (and said once), so every resource serves at its first try;
+        the kubelet keeps a directory it finds. One that cannot be made is left to the
+        runners, which report it and retry."""
+        directory = self.config.plugin_dir
+        if directory.is_dir():
+            return
+        try:
+            directory.mkdir(mode=0o750, parents=True)
+        except OSError as exc:
+            log.error("cannot create the plugin directory %s: %s", directory, exc.strerror)
+            return
+        log.info("created the plugin directory %s (the kubelet has not made it yet)", directory)
 
     def _lock_plugin_dir(self) -> None:
         """Hold an exclusive lock on the plugin directory itself (a lock file in it would be

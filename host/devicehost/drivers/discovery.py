@@ -148,18 +148,18 @@ def _selected(name: str, allow: Sequence[str] | None, deny: Sequence[str]) -> st
 
 
 def _check_selection(allow: Sequence[str] | None, deny: Sequence[str], installed: set[str]) -> None:
-    """A misspelt name in the enabled list would silently disable every driver: refuse it,
-    naming what is installed. A misspelt disabled name only fails to disable: warn."""
+    """A misspelt name in either list is refused, naming what is installed: in the enabled
+    list it would silently disable every driver, in the disabled list it would leave the
+    driver meant to be kept off serving."""
     known = ", ".join(sorted(installed)) or "none"
-    unknown = sorted(set(allow or ()) - installed)
-    if unknown:
-        raise ConfigError(
-            "config",
-            "enabledDrivers",
-            f"no installed driver is named {', '.join(map(repr, unknown))}; installed: {known}",
-        )
-    for name in sorted(set(deny) - installed):
-        log.warning("disabledDrivers: no installed driver is named %r (installed: %s)", name, known)
+    for key, names in (("enabledDrivers", allow or ()), ("disabledDrivers", deny)):
+        unknown = sorted(set(names) - installed)
+        if unknown:
+            raise ConfigError(
+                "config",
+                key,
+                f"no installed driver is named {', '.join(map(repr, unknown))}; installed: {known}",
+            )
 
 
 def load_plugins(
@@ -168,8 +168,8 @@ def load_plugins(
     """List drivers (without importing them) and load policy plugins.
 
     ``allow``/``deny`` filter drivers by entry-point name (``None`` allows every driver).
-    A name in ``allow`` that no installed driver has is a ``ConfigError`` listing the
-    installed names: a typo must not silently disable every driver. ``listing``: the
+    A name in ``allow`` or ``deny`` that no installed driver has is a ``ConfigError``
+    listing the installed names: a typo must not silently change what is served. ``listing``: the
     installed entry points when already read (by the zygote); read here otherwise.
     """
     listing = listing or read_listing()
