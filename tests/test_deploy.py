@@ -22,12 +22,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
@@ -58,7 +60,16 @@ OVERLAYS = {
     p.parent.name: p.parent for p in sorted((DEPLOY / "overlays").glob("*/kustomization.yaml"))
 }
 #: The overlays docs/operating.md tells operators to apply.
-DOCUMENTED_OVERLAYS = {"jaeger", "cdi", "nvidia", "ascend", "rdma", "fleet", "fleet-ascend-dcmi"}
+DOCUMENTED_OVERLAYS = {
+    "try",
+    "jaeger",
+    "cdi",
+    "nvidia",
+    "ascend",
+    "rdma",
+    "fleet",
+    "fleet-ascend-dcmi",
+}
 
 #: Components that mount host paths or change privilege: every combination is rendered.
 #: Ascend comes unprivileged (ascend) or with DCMI (ascend-dcmi, which includes ascend);
@@ -279,6 +290,12 @@ every_kustomization = pytest.mark.parametrize("name", sorted(KUSTOMIZATIONS))
 every_applied = pytest.mark.parametrize("name", APPLIED)
 
 
+def simulates(name: str) -> bool:
+    """Whether the pod serves simulated hardware (``DEVICEHOST_SIMULATE``), as
+    overlays/try does."""
+    return literal_env(name).get("DEVICEHOST_SIMULATE") == "true"
+
+
 def uses(name: str, component: str) -> bool:
     """Whether the kustomization uses ``component`` (ascend-dcmi brings ascend along, and
     nvidia-mig nvidia)."""
@@ -409,7 +426,8 @@ def test_mig_is_configured_only_where_the_mig_component_is_used(name: str) -> No
 
 @every_kustomization
 def test_daemonset_root_filesystem_is_read_only_with_a_writable_tmp(name: str) -> None:
-    """readOnlyRootFilesystem is set, and /tmp (where --simulate builds its node) is an emptyDir."""
+    """readOnlyRootFilesystem is set, and /tmp (scratch for the temp files of the process and
+    its libraries) is an emptyDir."""
     pod = daemonset(name)["spec"]["template"]["spec"]
     c = container(name)
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
@@ -565,10 +583,17 @@ def test_daemonset_runs_as_root_without_a_service_account_token(name: str) -> No
 @every_kustomization
 def test_daemonset_runs_only_where_hardware_is(name: str) -> None:
     """Every node-affinity term requires a hardware label, and excludes control-plane nodes
-    unless components/control-plane opts in; no bare nodeSelector widens it."""
+    unless components/control-plane opts in; no bare nodeSelector widens it. A pod that
+    simulates its hardware (overlays/try) instead runs on any Linux node, control plane
+    included, and requires no hardware label."""
     pod = daemonset(name)["spec"]["template"]["spec"]
     assert pod["priorityClassName"] == "system-node-critical"
+    assert "nodeSelector" not in pod
     required = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    if simulates(name):
+        linux = {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}
+        assert required["nodeSelectorTerms"] == [{"matchExpressions": [linux]}]
+        return
     for term in required["nodeSelectorTerms"]:
         expressions = term["matchExpressions"]
         assert any(
@@ -582,9 +607,11 @@ def test_daemonset_runs_only_where_hardware_is(name: str) -> None:
 @every_kustomization
 def test_daemonset_tolerates_only_vendor_taints(name: str) -> None:
     """Tolerations name the accelerator vendors' taints and CriticalAddonsOnly (plus the
-    control-plane taint where opted in); none tolerates every taint of an effect."""
+    control-plane taint where opted in, or simulated); none tolerates every taint of an
+    effect."""
     tolerations = daemonset(name)["spec"]["template"]["spec"]["tolerations"]
-    allowed = VENDOR_TAINTS | ({CONTROL_PLANE} if uses(name, "control-plane") else set())
+    anywhere = uses(name, "control-plane") or simulates(name)
+    allowed = VENDOR_TAINTS | ({CONTROL_PLANE} if anywhere else set())
     assert all(t.get("key") in allowed for t in tolerations), tolerations
     assert {t["key"] for t in tolerations} >= VENDOR_TAINTS
 
@@ -796,6 +823,75 @@ def test_hostconfig_paths_lie_in_the_mounted_kubelet_directories(name: str) -> N
     assert config.get("pluginDir", "/var/lib/kubelet/device-plugins") in mounts
     socket = config.get("podResourcesSocket", "/var/lib/kubelet/pod-resources/kubelet.sock")
     assert not socket or str(PurePosixPath(socket).parent) in mounts
+
+
+# -- trying it out: overlays/try, and the jaeger overlay on real nodes --------------------
+
+
+@every_kustomization
+def test_only_an_overlay_turns_simulation_on(name: str) -> None:
+    """Neither the base nor any component makes the pod serve simulated hardware: a
+    component added to a production overlay never advertises devices a node lacks."""
+    if name not in OVERLAYS:
+        assert not {k for k in literal_env(name) if k.startswith("DEVICEHOST_SIMULATE")}
+
+
+@pytest.mark.parametrize("name", sorted(OVERLAYS))
+def test_every_overlay_serves_a_vendor_or_simulates(name: str) -> None:
+    """Each overlay either brings a vendor component (the host paths and runtime env its
+    drivers need on a real node) or simulates its hardware: an overlay with neither would
+    find every driver unavailable and serve nothing, while its pods report ready."""
+    assert simulates(name) or any(uses(name, c) for c in DRIVER_COMPONENTS), name
+
+
+@functools.cache
+def _served(name: str) -> dict[str, Any]:
+    """`devicehost devices --json` on the HostConfig of ``name`` with the pod's DEVICEHOST_*
+    env (its simulation settings): what the pod would advertise to its kubelet."""
+    env = {
+        k: v
+        for k, v in literal_env(name).items()
+        if k.startswith("DEVICEHOST_") and k not in ("DEVICEHOST_CONFIG", "DEVICEHOST_ROOT")
+    }
+    with tempfile.TemporaryDirectory() as scratch:
+        config = Path(scratch) / "config.yaml"
+        config.write_text(host_config(name))
+        result = devicehost(
+            "devices", "--json", "--config", str(config), env=clean_env(**env, TMPDIR=scratch)
+        )
+    assert result.returncode == 0, result.stderr
+    served: dict[str, Any] = json.loads(result.stdout)["resources"]
+    return served
+
+
+def test_the_try_overlay_serves_a_simulated_dgx_h100() -> None:
+    """overlays/try's pod serves the simulated DGX H100: 8 healthy GPUs and the 8 InfiniBand
+    compute NICs, which the walkthrough tells a newcomer to look for on the node."""
+    served = _served("try")
+    gpus = served["nvidia.com/gpu"]["devices"]
+    assert len(gpus) == 8 and {d["health"] for d in gpus} == {"Healthy"}
+    assert len(served["rdma/hca"]["devices"]) == 8
+    assert literal_env("try")["DEVICEHOST_SIMULATE_NODE"] == "dgx-h100"
+
+
+def test_the_walkthrough_applies_the_try_overlay_and_asks_for_what_it_serves() -> None:
+    """docs/operating.md's "From nothing to a trace" applies overlays/try, looks for the
+    GPUs on the node, and its test pod asks for a resource that overlay's pod serves; the
+    trace it finds is sent to the Jaeger the overlay brings."""
+    text = (ROOT / "docs" / "operating.md").read_text()
+    walkthrough = text[text.index("From nothing to a trace") : text.index("What you will find")]
+    assert "kubectl apply -k deploy/overlays/try" in walkthrough
+    assert "kubectl describe node" in walkthrough
+    (pod,) = [
+        doc
+        for heredoc in re.findall(r"<<'EOF'\n(.*?)\n *EOF\n", walkthrough, re.DOTALL)
+        for doc in yaml.safe_load_all(textwrap.dedent(heredoc))
+        if doc and doc.get("kind") == "Pod"
+    ]
+    (check,) = pod["spec"]["containers"]
+    asked = set(check["resources"]["limits"])
+    assert asked and asked <= set(_served("try")), asked
+    assert uses("try", "jaeger")
 
 
 # -- components -------------------------------------------------------------------------
