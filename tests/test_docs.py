@@ -4,12 +4,13 @@ a test fails here (cheap, and it keeps the documentation honest)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 from devicehost.cli import _FLAGS
-from devicehost.config import SETTINGS
+from devicehost.config import SETTINGS, HostConfig
 from devicehost.hookspecs import HOOK_NAMES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,3 +164,86 @@ def test_every_hook_is_in_the_reference():
     """docs/reference.md's hook table names every hook."""
     missing = [hook for hook in HOOK_NAMES if f"| `{hook}` |" not in REFERENCE]
     assert missing == []
+
+
+# -- operating and observability docs --------------------------------------------------------
+
+OBSERVABILITY_DOC = (ROOT / "docs" / "observability.md").read_text()
+OPERATING_DOC = (ROOT / "docs" / "operating.md").read_text()
+README = (ROOT / "README.md").read_text()
+METRIC_ROW = re.compile(r"^\| `(devicehost_[a-z_]+)` \| ([a-z]+) \|", re.MULTILINE)
+
+
+def exported_metrics() -> dict[str, str]:
+    """Every metric a host exports (name → Prometheus type), read from the registry of a
+    host built as `devicehost run` builds it: a metric added anywhere shows up here."""
+    from devicehost.lifecycle import Host
+
+    host = Host(HostConfig(metrics_address="", pod_resources_socket=None))
+    exported = {}
+    for family in host.telemetry.metrics.registry.collect():
+        # The client names a counter's family without the _total its samples carry.
+        suffix = "_total" if family.type == "counter" else ""
+        exported[family.name + suffix] = family.type
+    return exported
+
+
+def test_every_exported_metric_is_documented():
+    """docs/observability.md's metrics table lists every metric the host exports, with its
+    type, and no metric the host does not export."""
+    documented = dict(METRIC_ROW.findall(OBSERVABILITY_DOC))
+    exported = exported_metrics()
+    assert len(exported) >= 8  # the registry was read, gauges included
+    assert documented == exported
+
+
+def test_every_deploy_path_the_docs_cite_exists():
+    """Each `deploy/...` file or directory the docs and README name is in the repository."""
+    cited = {
+        match.rstrip(".,:;)")
+        for doc in [README, *(p.read_text() for p in (ROOT / "docs").glob("*.md"))]
+        for match in re.findall(r"deploy/[A-Za-z0-9_./<>-]+", doc)
+        if "<" not in match
+    }
+    assert "deploy/components/ascend-dcmi/dcmi.yaml" in cited
+    missing = sorted(path for path in cited if not (ROOT / path).exists())
+    assert not missing, missing
+
+
+def test_the_docs_say_where_simulate_builds_its_node():
+    """Where the docs say `--simulate` builds its node, they name the directory the code
+    uses (shared memory, `$TMPDIR` when set), never /tmp alone."""
+    from devicehost.simulation import SHARED_MEMORY_DIR
+
+    sentences = [
+        sentence
+        for doc in [OPERATING_DOC, *(p.read_text() for p in (ROOT / "deploy").rglob("*.yaml"))]
+        for sentence in re.split(r"(?<=[.;])\s", " ".join(doc.split()))
+        if "simulate" in sentence and re.search(r"\bbuil(t|ds)\b", sentence)
+    ]
+    placed = [s for s in sentences if re.search(r"/dev/shm|/tmp|\bin the pod", s)]
+    assert placed, sentences
+    for sentence in placed:
+        assert SHARED_MEMORY_DIR in sentence, sentence
+
+
+def test_the_config_recipe_says_which_yq_it_needs():
+    """The recipe that extracts a rendered HostConfig with yq names mikefarah's yq (the
+    Python yq wrapper prints the config JSON-quoted from the same command)."""
+    recipe = OPERATING_DOC[OPERATING_DOC.index("| yq ") - 400 : OPERATING_DOC.index("| yq ") + 600]
+    assert "mikefarah" in recipe
+
+
+def test_the_readme_runs_uv_where_make_setup_puts_it():
+    """README's set-up section starts with `make setup`, lists only targets the Makefile
+    has, and names uv by the path the Makefile installs it at (.tools/bin/uv), never a
+    bare `uv run`."""
+    section = README[README.index("## The two commands") : README.index("## Your own driver")]
+    block = re.search(r"```\n(.*?)```", section, re.DOTALL)
+    assert block
+    targets = re.findall(r"^make ([a-z-]+)", block.group(1), re.MULTILINE)
+    assert targets[0] == "setup"
+    makefile = (ROOT / "Makefile").read_text()
+    assert all(re.search(rf"^{t}:", makefile, re.MULTILINE) for t in targets), targets
+    assert not re.search(r"(?<![/\w])uv run", README)
+    assert ".tools/bin/uv run devicehost" in README
