@@ -122,6 +122,14 @@ class Telemetry:
     def driver_error(self, driver: str, hook: str) -> None:
         self.metrics.driver_errors.inc(driver=driver, hook=hook)
 
+    def task_restarted(self, task: str) -> None:
+        """A long-running host task failed and is started again (``supervision``)."""
+        self.metrics.task_restarts.inc(task=task)
+
+    def node_file_error(self, file: str) -> None:
+        """Writing a node file (a CDI spec, the feature file) failed; it is retried."""
+        self.metrics.node_file_errors.inc(file=file)
+
     def registration(self, resource: str, result: str) -> None:
         """Count one registration attempt: ``ok``, ``rejected`` or ``unreachable``."""
         self.metrics.registrations.inc(resource=resource, result=result)
