@@ -220,9 +220,10 @@ class Zygote:
             answered = self._pongs[beat] = asyncio.Event()
             try:
                 process.control.send(json.dumps({"ping": beat}).encode())
-                await asyncio.wait_for(answered.wait(), HEARTBEAT_TIMEOUT_SECONDS)
             except OSError:
                 return  # gone: ``_lost`` has it
+            try:
+                await asyncio.wait_for(answered.wait(), HEARTBEAT_TIMEOUT_SECONDS)
             except TimeoutError:
                 if not process.gone:
                     log.error(

@@ -61,7 +61,10 @@ class Telemetry:
         called only when tracing is on (pod identities only ever go on spans)."""
         tracer = Tracing.from_config(config.otlp_endpoint, config.node_name, exporter=exporter)
         lookup = resolver() if resolver is not None and tracer.enabled else NoPodLookup()
-        return cls(tracer, Metrics(), lookup)
+        metrics = Metrics()
+        if tracer.sender is not None:
+            tracer.sender.on_dropped = metrics.spans_dropped.inc
+        return cls(tracer, metrics, lookup)
 
     # -- pod identity ------------------------------------------------------------------------
 
