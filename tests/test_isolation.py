@@ -447,3 +447,94 @@ def test_an_unwritable_feature_file_directory_never_stops_supervision_and_heals(
     eventually(lambda: feature_file.exists(), timeout=30)
     assert f"{'devicehost.feature.node.kubernetes.io'}/bad.present=true" in feature_file.read_text()
     eventually(lambda: not host.call(host.host.driver_states)[1]["nodeFileErrors"])
+
+
+def children_of(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                stat = (entry / "stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+    return found
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_devicehost_drivers_shows_the_running_daemon_and_sigterm_ends_a_frozen_tree(
+    tmp_path, plugin_dir, kubelet
+):
+    """While `devicehost run` serves the plugin directory, `devicehost drivers --json`
+    shows that daemon's live state (source "daemon"), a hook hung past its timeout shown
+    as hung; with the zygote and a worker frozen (``kill -STOP``), SIGTERM still ends the
+    host with status 0 within 2 s, leaving no socket and none of its processes."""
+    site = tmp_path / "site"
+    write_distribution(site, "devicehost-good", {"devicehost.drivers": {"good": SCRIPTED}})
+    write_distribution(site, "devicehost-bad", {"devicehost.drivers": {"bad": SCRIPTED}})
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "apiVersion: devicehost/v1\nkind: HostConfig\nhookTimeoutSeconds: 0.5\n"
+        f"drivers:\n  good:\n    resources: {{'{GOOD}': 2}}\n    prefix: g\n"
+        f"  bad:\n    resources: {{'{BAD}': 2}}\n    prefix: b\n"
+        "    hang: [devicehost_allocate]\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(Path(__file__).parent)])}
+    env.pop("DEVICEHOST_CONFIG", None)
+    flags = [
+        *("--config", str(config), "--plugin-dir", str(plugin_dir), "--simulate"),
+        *("--metrics-address", f"127.0.0.1:{free_port()}", "--drivers", "good,bad"),
+    ]
+    cli = [sys.executable, "-m", "devicehost.cli"]
+    log = tmp_path / "devicehost.log"
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(
+            [*cli, "run", *flags, "--pod-resources-socket", ""], env=env, stderr=stderr
+        )
+    tree: list[int] = []
+    try:
+        kubelet.wait_registered(GOOD, timeout=30)
+        kubelet.wait_registered(BAD, timeout=30)
+        with pytest.raises(grpc.RpcError):
+            kubelet.allocate(BAD, [["b-0"]])  # hangs in the driver past its timeout
+
+        def shown() -> dict[str, dict]:
+            result = subprocess.run(
+                [*cli, "drivers", "--json", *flags], env=env, capture_output=True, timeout=60
+            )
+            assert result.returncode == 0, result.stderr
+            return {row["name"]: row for row in json.loads(result.stdout)}
+
+        rows = shown()
+        assert {row["source"] for row in rows.values()} == {"daemon"}
+        assert rows["good"]["status"] == "active"
+        assert rows["good"]["resources"] == [GOOD]
+        assert rows["bad"]["hung"] == ["devicehost_allocate"]
+        zygote = next(p for p in children_of(process.pid) if p != process.pid)
+        tree = [process.pid, zygote, *children_of(zygote)]
+        os.kill(zygote, signal.SIGSTOP)
+        worker = next(p for p in children_of(zygote))
+        os.kill(worker, signal.SIGSTOP)
+        sent = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=2.0) == 0
+        print(f"\nSIGTERM to exit, zygote and a worker frozen: {time.monotonic() - sent:.2f} s")
+        assert sorted(p.name for p in plugin_dir.iterdir()) == ["kubelet.sock"]
+        eventually(lambda: not [p for p in tree if Path(f"/proc/{p}").exists()])
+    except BaseException:
+        print(log.read_text())
+        raise
+    finally:
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -70,7 +70,17 @@ _COMMAND_FLAGS: dict[str, tuple[str, ...]] = {
     "run": tuple(_FLAGS),
     "config": tuple(_FLAGS),
     "mounts": tuple(_FLAGS),
-    "drivers": ("root", *_SELECTION, "hook_timeout", "simulate", "simulate_node", *_LOGS),
+    # ``drivers`` reads a running daemon's state: its plugin directory and status address.
+    "drivers": (
+        "root",
+        "plugin_dir",
+        "metrics_address",
+        *_SELECTION,
+        "hook_timeout",
+        "simulate",
+        "simulate_node",
+        *_LOGS,
+    ),
     "devices": ("root", *_SELECTION, "hook_timeout", "simulate", "simulate_node", *_LOGS),
     "demo": (*_SELECTION, "hook_timeout", "simulate_node", "node_name", "otlp_endpoint", *_LOGS),
 }

@@ -63,6 +63,7 @@ METRICS_BIND_SECONDS = 1.0
 START_WAIT_SECONDS = 5.0
 WATCH_START_SECONDS = 1.0
 RUNNER_RETRY_SECONDS = 1.0
+WORKERS_STOP_SECONDS = 0.9
 
 
 @dataclass
@@ -665,8 +666,14 @@ class Host:
         log.info("stopped")
 
     async def _stop_workers(self, workers: Awaitable[Any]) -> None:
-        """The workers first: the zygote reports their exits, then it ends too."""
-        await workers
+        """The workers first: the zygote reports their exits, then it ends too. Bounded:
+        with a frozen worker or zygote the zygote is ended after ``WORKERS_STOP_SECONDS``
+        (killed if need be), and every worker dies with it, so SIGTERM ends the host within
+        its 2 s whatever state they are in."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                asyncio.shield(asyncio.ensure_future(workers)), WORKERS_STOP_SECONDS
+            )
         await self.zygote.close()
 
 

@@ -48,6 +48,7 @@ HEARTBEAT_TIMEOUT_SECONDS = 3.0
 #: After end-of-file on a worker's channel (it died), how long the zygote's report of its
 #: exit is waited for before the host calls it gone itself (the zygote may be frozen).
 CHANNEL_EOF_GRACE_SECONDS = 0.5
+KILLED_EOF_GRACE_SECONDS = 0.1
 #: One line of a driver's stderr is logged with at most this many characters (the rest is
 #: cut); a line without an end is cut at this length too (a ``\r`` also ends a line).
 MAX_STDERR_LINE = 4096
@@ -319,8 +320,12 @@ class WorkerProcess:
         try:
             await asyncio.wait([exit_code, closed], return_when=asyncio.FIRST_COMPLETED)
             if not exit_code.done():
+                # Killed by the host: it is gone already, only the report may be missing.
+                grace = (
+                    KILLED_EOF_GRACE_SECONDS if self._killed_because else CHANNEL_EOF_GRACE_SECONDS
+                )
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(exit_code), CHANNEL_EOF_GRACE_SECONDS)
+                    await asyncio.wait_for(asyncio.shield(exit_code), grace)
         finally:
             closed.cancel()
         if exit_code.done():

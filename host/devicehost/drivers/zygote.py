@@ -68,12 +68,14 @@ log = logging.getLogger(__name__)
 MAX_DATAGRAM = 1 << 20
 #: How long ``close`` waits for the zygote to kill its children and exit (it takes a few
 #: ms); then it is killed, so a frozen zygote cannot hold a stopping host.
-CLOSE_SECONDS = 0.5
+CLOSE_SECONDS = 0.3
 #: The zygote is pinged this often while the host uses it; one that does not answer within
 #: ``HEARTBEAT_TIMEOUT_SECONDS`` (frozen) is killed, and its workers with it: each driver
 #: starts again from a fresh zygote, as after the zygote's death.
 HEARTBEAT_SECONDS = 1.0
 HEARTBEAT_TIMEOUT_SECONDS = 3.0
+#: A ping unanswered this long when the host stops means the zygote is frozen.
+FROZEN_SECONDS = 0.5
 #: The exit code of a child that failed before the worker's own code ran.
 BROKEN_CHILD = 70
 
@@ -152,6 +154,8 @@ class Zygote:
         #: what the plan returned beside the workers (plain data), once done
         self.prestart_result: Any = None
         self._heartbeat: asyncio.Task[None] | None = None
+        #: when the heartbeat's unanswered ping was sent (None: answered)
+        self._ping_sent: float | None = None
         self._pongs: dict[int, asyncio.Event] = {}
 
     @classmethod
@@ -218,6 +222,7 @@ class Zygote:
             if process.gone:
                 return
             answered = self._pongs[beat] = asyncio.Event()
+            self._ping_sent = time.monotonic()
             try:
                 process.control.send(json.dumps({"ping": beat}).encode())
             except OSError:
@@ -328,6 +333,7 @@ class Zygote:
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         if "pong" in message:
+            self._ping_sent = None
             answered = self._pongs.get(message["pong"])
             if answered is not None:
                 answered.set()
@@ -400,6 +406,8 @@ class Zygote:
             self._heartbeat.cancel()
         process.control.close()
         deadline = time.monotonic() + CLOSE_SECONDS
+        if self._ping_sent is not None and deadline - self._ping_sent > FROZEN_SECONDS:
+            deadline = 0.0  # it answers a ping within ms: frozen, so kill it now
         while process.poll() is None and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         if process.poll() is None:
