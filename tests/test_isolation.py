@@ -538,3 +538,30 @@ def test_devicehost_drivers_shows_the_running_daemon_and_sigterm_ends_a_frozen_t
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_devicehost_drivers_without_a_daemon_shows_a_hung_enumerate_as_hung(tmp_path):
+    """With no daemon on the plugin directory, `devicehost drivers --json` probes the
+    drivers itself (source "probe"); a driver whose enumerate hangs is shown with that
+    hook as hung, the good one without."""
+    site = tmp_path / "site"
+    write_distribution(site, "devicehost-good", {"devicehost.drivers": {"good": SCRIPTED}})
+    write_distribution(site, "devicehost-bad", {"devicehost.drivers": {"bad": SCRIPTED}})
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "apiVersion: devicehost/v1\nkind: HostConfig\nhookTimeoutSeconds: 0.5\n"
+        f"drivers:\n  good:\n    resources: {{'{GOOD}': 2}}\n    prefix: g\n"
+        f"  bad:\n    resources: {{'{BAD}': 2}}\n    prefix: b\n"
+        "    hang: [devicehost_enumerate]\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(Path(__file__).parent)])}
+    env.pop("DEVICEHOST_CONFIG", None)
+    command = [sys.executable, "-m", "devicehost.cli", "drivers", "--json", "--simulate"]
+    command += ["--config", str(config), "--drivers", "good,bad"]
+    command += ["--plugin-dir", str(tmp_path / "plugins")]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    shown = {d["name"]: d for d in json.loads(result.stdout)}
+    assert {d["source"] for d in shown.values()} == {"probe"}
+    assert shown["bad"]["hung"] == ["devicehost_enumerate"]
+    assert shown["good"]["hung"] == []

@@ -258,9 +258,10 @@ async def _drivers(config: HostConfig, as_json: bool) -> int:
         host = _host(config)
         try:
             await host.prepare(scan=False)
+            # Read before the stop: a hook still hung then is shown as hung.
+            rows = [{**row, "source": "probe"} for row in host.driver_states()]
         finally:
             await host.stop()
-        rows = [{**row, "source": "probe"} for row in host.driver_states()]
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
