@@ -660,8 +660,8 @@ def test_a_runner_that_fails_is_logged_and_its_resource_served_again(
 ):
     """A resource's runner ends only when stopped. One that fails (a host bug: a file where
     the plugin directory was once killed every runner silently) is logged naming the
-    resource, and the resource is served and registered again. The failure is injected
-    once into the runner's registration loop."""
+    resource and counted in devicehost_task_restarts_total, and the resource is served and
+    registered again. The failure is injected once into the runner's registration loop."""
     import devicehost.kubelet.runner as runner
 
     caplog.set_level(logging.ERROR, logger="devicehost")
@@ -676,7 +676,7 @@ def test_a_runner_that_fails_is_logged_and_its_resource_served_again(
         return await real(self, changed, own)
 
     monkeypatch.setattr(runner.ResourceRunner, "_keep_registered", fail_once)
-    run_host(enabled_drivers=("alpha",), drivers={"alpha": {"resources": {RES: 2}}})
+    host = run_host(enabled_drivers=("alpha",), drivers={"alpha": {"resources": {RES: 2}}})
     kubelet.wait_registered(RES)
     kubelet.wait_devices(RES, lambda d: len(d) == 2)
     assert failures == [RES]
@@ -685,6 +685,8 @@ def test_a_runner_that_fails_is_logged_and_its_resource_served_again(
         in r.getMessage()
         for r in caplog.records
     )
+    metrics = host.host.telemetry.metrics
+    assert host.call(lambda: metrics.task_restarts.value(task=f"resource-{RES}")) == 1
     assert kubelet.allocate(RES, [["dev-1"]])
 
 

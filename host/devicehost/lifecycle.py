@@ -494,6 +494,7 @@ class Host:
             exc_info=exc,
         )
         resource.task = None
+        self.telemetry.task_restarted(f"resource-{resource.spec.name}")
         asyncio.get_running_loop().call_later(RUNNER_RETRY_SECONDS, self._serve_again, resource)
 
     def _serve_again(self, resource: Resource) -> None:

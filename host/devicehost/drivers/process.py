@@ -4,8 +4,10 @@ The worker is forked by the zygote (``zygote``). The host talks to it over a soc
 (``protocol``) and reads its stderr, a pipe, as the driver's log. Calls are bounded: at
 most ``MAX_PENDING`` at a time, each with a timeout; a call whose caller gives up is
 cancelled in the worker before it starts. A worker that stops answering (every call thread
-stuck, or no answer to a ping after a timeout) is killed, so the supervisor can start a
-fresh one.
+stuck, no answer to a ping after a timeout, or a missed heartbeat: frozen) is killed, so
+the supervisor can start a fresh one. Its death is known from the zygote's report, or from
+the end of its channel when the zygote cannot report it. Its stderr costs the host a
+bounded line length and log rate whatever it writes (``DriverLog``).
 """
 
 from __future__ import annotations
