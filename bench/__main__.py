@@ -63,6 +63,7 @@ def main() -> None:
         "memory": lambda ws: benchmarks.memory(ws, int(n["allocations"])),
         "idle_cpu": lambda ws: benchmarks.idle_cpu(ws, n["idle_seconds"]),
         "stop_time": lambda ws: stop_time(ws, int(n["stops"])),
+        "worker_liveness": benchmarks.worker_liveness,
     }
     for name, run in plan.items():
         if args.only and name not in args.only:

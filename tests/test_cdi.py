@@ -11,6 +11,7 @@ devices, a device needs edits, names are unique), ``pkg/cdi/container-edits.go``
 from __future__ import annotations
 
 import json
+import logging
 import re
 import stat
 from pathlib import Path
@@ -444,6 +445,30 @@ def test_a_spec_that_cannot_be_written_refuses_allocate(declaring, kubelet, tmp_
         container(kubelet, ["dev-0"])
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     assert "test.example/declared" in refused.value.details()
+
+
+def test_a_failed_spec_write_is_retried_and_heals_without_a_device_change(
+    declaring, kubelet, tmp_path, caplog
+):
+    """A spec that cannot be written (a file where its directory should be: a full or
+    broken disk) is retried with back-off: the failure is logged once and counted; once
+    the directory can be made the spec is written and Allocate answers, with no change of
+    the resource's devices."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    cdi_dir = blocked / "cdi"
+    declaring(cdi_dir=cdi_dir)
+    with pytest.raises(grpc.RpcError):
+        container(kubelet, ["dev-0"])
+    failures = [r for r in caplog.records if "cannot write the CDI spec" in r.getMessage()]
+    assert len(failures) == 1, [r.getMessage() for r in failures]
+    assert "trying again with back-off" in failures[0].getMessage()
+    blocked.unlink()  # the disk heals
+    eventually(lambda: spec_path(cdi_dir).exists(), timeout=30)
+    answer = container(kubelet, ["dev-0"])
+    assert f"{VENDOR}/test.example_declared=dev-0" in list(answer.cdi_devices)
+    assert any("written again" in r.getMessage() for r in caplog.records)
 
 
 def test_cdi_drivers_limits_cdi_to_the_named_drivers(declaring, kubelet, cdi_dir):

@@ -8,6 +8,7 @@ The long loops (200 kubelet restarts) are marked ``slow`` and run with ``make so
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import itertools
@@ -659,8 +660,8 @@ def test_a_runner_that_fails_is_logged_and_its_resource_served_again(
 ):
     """A resource's runner ends only when stopped. One that fails (a host bug: a file where
     the plugin directory was once killed every runner silently) is logged naming the
-    resource, and the resource is served and registered again. The failure is injected
-    once into the runner's registration loop."""
+    resource and counted in devicehost_task_restarts_total, and the resource is served and
+    registered again. The failure is injected once into the runner's registration loop."""
     import devicehost.kubelet.runner as runner
 
     caplog.set_level(logging.ERROR, logger="devicehost")
@@ -675,7 +676,7 @@ def test_a_runner_that_fails_is_logged_and_its_resource_served_again(
         return await real(self, changed, own)
 
     monkeypatch.setattr(runner.ResourceRunner, "_keep_registered", fail_once)
-    run_host(enabled_drivers=("alpha",), drivers={"alpha": {"resources": {RES: 2}}})
+    host = run_host(enabled_drivers=("alpha",), drivers={"alpha": {"resources": {RES: 2}}})
     kubelet.wait_registered(RES)
     kubelet.wait_devices(RES, lambda d: len(d) == 2)
     assert failures == [RES]
@@ -684,4 +685,100 @@ def test_a_runner_that_fails_is_logged_and_its_resource_served_again(
         in r.getMessage()
         for r in caplog.records
     )
+    metrics = host.host.telemetry.metrics
+    assert host.call(lambda: metrics.task_restarts.value(task=f"resource-{RES}")) == 1
     assert kubelet.allocate(RES, [["dev-1"]])
+
+
+# -- every long-running host task is supervised (issue 24) -----------------------------------
+
+#: (module, class, method, task name) of each long-running host task: where the fault is
+#: injected, and the name its supervision logs and counts it under.
+HOST_TASKS = [
+    ("devicehost.drivers.supervisor", "DriverHandle", "supervise", "driver-"),
+    ("devicehost.drivers.process", "DriverLog", "read", "stderr-"),
+    ("devicehost.drivers.scan", "Scanner", "run", "scan-"),
+    ("devicehost.features", "NodeLabels", "run", "node-labels"),
+    ("devicehost.cdi", "CdiWriter", "retry_failed", "cdi-retry"),
+    ("devicehost.lifecycle", "Host", "_count_kubelet_restarts", "kubelet-restarts"),
+    ("devicehost.lifecycle", "Host", "_keep_plugin_dir_locked", "plugin-dir-lock"),
+    ("devicehost.lifecycle", "Host", "_watch_when_registered", "watch-start"),
+    ("devicehost.kubelet.restart_watch", "DirectoryWatcher", "_events", "plugin-dir-events"),
+    ("devicehost.kubelet.restart_watch", "DirectoryWatcher", "_tick", "plugin-dir-watch"),
+    ("devicehost.telemetry.status_server", "StatusServer", "_beat", "loop-heartbeat"),
+]
+
+
+class InjectedFault(Exception):
+    """The exception a test raises inside a host task."""
+
+
+def fail_once(monkeypatch: pytest.MonkeyPatch, module: str, cls: str, method: str) -> None:
+    """The first call of ``cls.method`` (a coroutine) raises ``InjectedFault``; every
+    later one runs the real method."""
+    import importlib
+
+    owner = getattr(importlib.import_module(module), cls)
+    real = getattr(owner, method)
+    raised: list[bool] = []
+
+    async def once(self, *args, **kwargs):
+        if not raised:
+            raised.append(True)
+            raise InjectedFault(f"injected into {cls}.{method}")
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(owner, method, once)
+
+
+@pytest.mark.parametrize(
+    ("module", "cls", "method", "task"), HOST_TASKS, ids=[t[3].rstrip("-") for t in HOST_TASKS]
+)
+def test_an_exception_in_any_host_task_is_logged_counted_and_the_task_restarted(
+    install, run_host, kubelet, caplog, tmp_path, monkeypatch, module, cls, method, task
+):
+    """An exception injected into one long-running host task is logged naming the task
+    with its traceback, counted in devicehost_task_restarts_total{task}, and the task
+    runs again; both drivers' resources register, stream a health flip and allocate."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    fail_once(monkeypatch, module, cls, method)
+    install("devicehost-good", drivers={"good": "testdrivers.labelled:Labelled"})
+    install("devicehost-other", drivers={"other": SCRIPTED})
+    host = run_host(
+        enabled_drivers=("good", "other"),
+        drivers={
+            "good": {"resources": {"test.example/good": 2}, "prefix": "g"},
+            "other": {"resources": {"test.example/other": 2}, "prefix": "o"},
+        },
+        metrics_address="127.0.0.1:0",
+        feature_file=tmp_path / "features.d" / "devicehost.txt",
+        cdi_enabled=True,
+        cdi_dir=tmp_path / "cdi",
+        cdi_drivers=("other",),
+    )
+
+    def failure():
+        return next((r for r in caplog.records if f"host task '{task}" in r.getMessage()), None)
+
+    eventually(lambda: failure() is not None, timeout=20)
+    record = failure()
+    assert "InjectedFault: injected into" in record.getMessage()
+    assert record.exc_info is not None  # the traceback, the first time
+    name = record.getMessage().split("'")[1]
+    metrics = host.host.telemetry.metrics
+    eventually(lambda: host.call(lambda: metrics.task_restarts.value(task=name)) == 1)
+    for resource, prefix in (("test.example/good", "g"), ("test.example/other", "o")):
+        kubelet.wait_registered(resource)
+        control = scripted_control(host, resource)
+        control.set_health(resource, f"{prefix}-0", False)
+        kubelet.wait_health(resource, f"{prefix}-0", "Unhealthy")
+        control.set_health(resource, f"{prefix}-0", True)
+        kubelet.wait_health(resource, f"{prefix}-0", "Healthy")
+        assert kubelet.allocate(resource, [[f"{prefix}-1"]])
+    if task == "watch-start":  # a one-shot task: done its job, the watch runs
+        eventually(lambda: host.host.watcher.mode != "stopped")
+    else:
+        running = host.call(
+            lambda: [t for t in asyncio.all_tasks() if t.get_name() == name and not t.done()]
+        )
+        assert running, f"{name} is not running again"

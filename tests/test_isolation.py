@@ -10,6 +10,7 @@ installed exits 0 on SIGTERM within 2 s.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -321,3 +322,246 @@ def test_devicehost_run_with_every_bad_driver_serves_the_good_one_and_stops_on_s
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+# -- supervision that never ends: stderr, liveness, node files (issue 24) --------------------
+
+
+def test_a_megabyte_stderr_line_without_newline_does_not_end_supervision(
+    install, run_host, kubelet, caplog
+):
+    """A worker that writes 1.2 MB to stderr with no newline, then a ``\\r`` progress bar,
+    then exits: the exit is noticed and the worker restarted (supervision goes on); the
+    long line is logged cut to the line cap, each ``\\r`` step as a line of its own; the
+    good driver serves throughout."""
+    from devicehost.drivers.process import MAX_STDERR_LINE
+
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(install, run_host, "testdrivers.wrecking:LongStderrLine")
+    handle = host.host.drivers["bad"]
+    eventually(lambda: handle.info.restarts >= 1, timeout=20)
+    assert logged(caplog, "driver 'bad' is down", "exited with code 5")
+    assert logged(caplog, "driver 'bad': progress 100%")
+    long_lines = [
+        r.getMessage() for r in caplog.records if r.getMessage().startswith("driver 'bad': xxx")
+    ]
+    assert long_lines
+    assert all(len(m) <= MAX_STDERR_LINE + len("driver 'bad': ") for m in long_lines)
+    good_driver_serves(host, kubelet)
+
+
+def test_a_chatty_driver_is_logged_at_a_bounded_rate(install, run_host, kubelet, caplog):
+    """A driver that floods stderr (30 000 lines at once) gets at most the log rate: the
+    rest is summed up in one warning naming the driver and the cap, never re-logged line by
+    line; its own devices and the good driver's serve."""
+    from devicehost.drivers.process import STDERR_LINES_PER_SECOND
+    from testdrivers.wrecking import CHATTY_LINES
+
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(install, run_host, "testdrivers.wrecking:Chatty")
+    kubelet.wait_registered(BAD)
+    eventually(lambda: logged(caplog, "driver 'bad'", "lines of its output not logged"))
+    assert logged(caplog, f"over {STDERR_LINES_PER_SECOND} lines/s")
+    relogged = [r for r in caplog.records if "chatty: a line" in r.getMessage()]
+    assert len(relogged) < CHATTY_LINES // 10
+    good_driver_serves(host, kubelet)
+    kubelet.wait_devices(BAD, lambda d: {x.health for x in d.values()} == {"Healthy"})
+
+
+def test_a_frozen_worker_is_killed_and_restarted_its_devices_unhealthy_meanwhile(
+    install, run_host, kubelet, caplog
+):
+    """``kill -STOP`` of a worker: its missed heartbeat gets it killed (the log says so),
+    its devices turn Unhealthy, a fresh worker starts and they are Healthy again; the good
+    driver serves throughout."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(install, run_host, "testdrivers.scripted:Scripted")
+    kubelet.wait_devices(BAD, lambda d: {x.health for x in d.values()} == {"Healthy"})
+    handle = host.host.drivers["bad"]
+    frozen = handle.process.pid
+    os.kill(frozen, signal.SIGSTOP)
+    try:
+        kubelet.wait_devices(BAD, lambda d: {x.health for x in d.values()} == {"Unhealthy"})
+        eventually(lambda: logged(caplog, "driver 'bad'", "did not answer a heartbeat"))
+        eventually(lambda: handle.up and handle.process.pid != frozen, timeout=20)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(frozen, signal.SIGKILL)
+    kubelet.wait_devices(BAD, lambda d: {x.health for x in d.values()} == {"Healthy"})
+    good_driver_serves(host, kubelet)
+
+
+def test_a_worker_killed_while_the_zygote_is_frozen_is_noticed_and_both_restart(
+    install, run_host, kubelet, caplog
+):
+    """With the zygote frozen (``kill -STOP``), ``kill -9`` of a worker is noticed by the
+    end of its channel (the zygote cannot report it): its devices turn Unhealthy; the
+    frozen zygote misses its heartbeat and is killed; every driver starts again from a
+    fresh zygote and both resources serve again."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(install, run_host, "testdrivers.scripted:Scripted")
+    kubelet.wait_devices(BAD, lambda d: {x.health for x in d.values()} == {"Healthy"})
+    zygote = host.host.zygote.pid
+    handle = host.host.drivers["bad"]
+    worker = handle.process.pid
+    os.kill(zygote, signal.SIGSTOP)
+    try:
+        os.kill(worker, signal.SIGKILL)
+        kubelet.wait_devices(BAD, lambda d: {x.health for x in d.values()} == {"Unhealthy"})
+        eventually(lambda: logged(caplog, "driver 'bad' is down", "closed its channel"))
+        eventually(lambda: logged(caplog, f"the zygote (pid {zygote}) did not answer"))
+        eventually(lambda: host.host.zygote.pid not in (None, zygote), timeout=20)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(zygote, signal.SIGKILL)
+    kubelet.wait_devices(BAD, lambda d: {x.health for x in d.values()} == {"Healthy"})
+    good_driver_serves(host, kubelet)
+
+
+def test_an_unwritable_feature_file_directory_never_stops_supervision_and_heals(
+    install, run_host, kubelet, caplog, tmp_path
+):
+    """The feature file's directory cannot be made (a file is in its way): the write
+    failure is logged, counted and shown in the driver's state, but the labelling driver
+    comes up, and a ``kill -9`` of its worker is restarted; once the directory can be made
+    the file is written by the retry, with no device change."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    blocker = tmp_path / "features"
+    blocker.write_text("not a directory")
+    feature_file = blocker / "features.d" / "devicehost.txt"
+    host = beside_good(
+        install, run_host, "testdrivers.labelled:Labelled", feature_file=feature_file
+    )
+    handle = host.host.drivers["bad"]
+    eventually(lambda: handle.info.status is DriverStatus.ACTIVE)
+    eventually(lambda: logged(caplog, "cannot write the node feature file", str(feature_file)))
+    metrics = host.host.telemetry.metrics
+    assert host.call(lambda: metrics.node_file_errors.value(file="devicehost.txt")) > 0
+    states = {row["name"]: row for row in host.call(host.host.driver_states)}
+    assert "cannot write the node feature file" in states["bad"]["nodeFileErrors"][0]
+    first = handle.process.pid
+    os.kill(first, signal.SIGKILL)
+    eventually(lambda: handle.up and handle.process.pid != first, timeout=20)
+    good_driver_serves(host, kubelet)
+    blocker.unlink()  # the disk heals
+    eventually(lambda: feature_file.exists(), timeout=30)
+    assert f"{'devicehost.feature.node.kubernetes.io'}/bad.present=true" in feature_file.read_text()
+    eventually(lambda: not host.call(host.host.driver_states)[1]["nodeFileErrors"])
+
+
+def children_of(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                stat = (entry / "stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+    return found
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_devicehost_drivers_shows_the_running_daemon_and_sigterm_ends_a_frozen_tree(
+    tmp_path, plugin_dir, kubelet
+):
+    """While `devicehost run` serves the plugin directory, `devicehost drivers --json`
+    shows that daemon's live state (source "daemon"), a hook hung past its timeout shown
+    as hung; with the zygote and a worker frozen (``kill -STOP``), SIGTERM still ends the
+    host with status 0 within 2 s, leaving no socket and none of its processes."""
+    site = tmp_path / "site"
+    write_distribution(site, "devicehost-good", {"devicehost.drivers": {"good": SCRIPTED}})
+    write_distribution(site, "devicehost-bad", {"devicehost.drivers": {"bad": SCRIPTED}})
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "apiVersion: devicehost/v1\nkind: HostConfig\nhookTimeoutSeconds: 0.5\n"
+        f"drivers:\n  good:\n    resources: {{'{GOOD}': 2}}\n    prefix: g\n"
+        f"  bad:\n    resources: {{'{BAD}': 2}}\n    prefix: b\n"
+        "    hang: [devicehost_allocate]\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(Path(__file__).parent)])}
+    env.pop("DEVICEHOST_CONFIG", None)
+    flags = [
+        *("--config", str(config), "--plugin-dir", str(plugin_dir), "--simulate"),
+        *("--metrics-address", f"127.0.0.1:{free_port()}", "--drivers", "good,bad"),
+    ]
+    cli = [sys.executable, "-m", "devicehost.cli"]
+    log = tmp_path / "devicehost.log"
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(
+            [*cli, "run", *flags, "--pod-resources-socket", ""], env=env, stderr=stderr
+        )
+    tree: list[int] = []
+    try:
+        kubelet.wait_registered(GOOD, timeout=30)
+        kubelet.wait_registered(BAD, timeout=30)
+        with pytest.raises(grpc.RpcError):
+            kubelet.allocate(BAD, [["b-0"]])  # hangs in the driver past its timeout
+
+        def shown() -> dict[str, dict]:
+            result = subprocess.run(
+                [*cli, "drivers", "--json", *flags], env=env, capture_output=True, timeout=60
+            )
+            assert result.returncode == 0, result.stderr
+            return {row["name"]: row for row in json.loads(result.stdout)}
+
+        rows = shown()
+        assert {row["source"] for row in rows.values()} == {"daemon"}
+        assert rows["good"]["status"] == "active"
+        assert rows["good"]["resources"] == [GOOD]
+        assert rows["bad"]["hung"] == ["devicehost_allocate"]
+        zygote = next(p for p in children_of(process.pid) if p != process.pid)
+        tree = [process.pid, zygote, *children_of(zygote)]
+        os.kill(zygote, signal.SIGSTOP)
+        worker = next(p for p in children_of(zygote))
+        os.kill(worker, signal.SIGSTOP)
+        sent = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=2.0) == 0
+        print(f"\nSIGTERM to exit, zygote and a worker frozen: {time.monotonic() - sent:.2f} s")
+        assert sorted(p.name for p in plugin_dir.iterdir()) == ["kubelet.sock"]
+        eventually(lambda: not [p for p in tree if Path(f"/proc/{p}").exists()])
+    except BaseException:
+        print(log.read_text())
+        raise
+    finally:
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_devicehost_drivers_without_a_daemon_shows_a_hung_enumerate_as_hung(tmp_path):
+    """With no daemon on the plugin directory, `devicehost drivers --json` probes the
+    drivers itself (source "probe"); a driver whose enumerate hangs is shown with that
+    hook as hung, the good one without."""
+    site = tmp_path / "site"
+    write_distribution(site, "devicehost-good", {"devicehost.drivers": {"good": SCRIPTED}})
+    write_distribution(site, "devicehost-bad", {"devicehost.drivers": {"bad": SCRIPTED}})
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "apiVersion: devicehost/v1\nkind: HostConfig\nhookTimeoutSeconds: 0.5\n"
+        f"drivers:\n  good:\n    resources: {{'{GOOD}': 2}}\n    prefix: g\n"
+        f"  bad:\n    resources: {{'{BAD}': 2}}\n    prefix: b\n"
+        "    hang: [devicehost_enumerate]\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(Path(__file__).parent)])}
+    env.pop("DEVICEHOST_CONFIG", None)
+    command = [sys.executable, "-m", "devicehost.cli", "drivers", "--json", "--simulate"]
+    command += ["--config", str(config), "--drivers", "good,bad"]
+    command += ["--plugin-dir", str(tmp_path / "plugins")]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    shown = {d["name"]: d for d in json.loads(result.stdout)}
+    assert {d["source"] for d in shown.values()} == {"probe"}
+    assert shown["bad"]["hung"] == ["devicehost_enumerate"]
+    assert shown["good"]["hung"] == []

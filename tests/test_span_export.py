@@ -241,3 +241,46 @@ def test_a_long_burst_reaches_the_collector_while_it_goes_on(process_pipeline):
         return len(receiver.spans)
 
     assert asyncio.run(burst()) > 0, "no span arrived while the burst went on"
+
+
+def kill_exporter(processor) -> int:
+    """SIGKILL the export process and wait for it to be gone; return its pid."""
+    import os
+    import signal
+
+    pid = processor.process.pid
+    os.kill(pid, signal.SIGKILL)
+    processor.process.wait(10)
+    return pid
+
+
+def test_a_killed_export_process_is_started_again_and_spans_flow(process_pipeline):
+    """The export process is supervised: after a ``kill -9`` the next spans find it gone,
+    a fresh one is started (counted in ``restarts``) and those spans reach the collector."""
+    tracer, processor, receiver = process_pipeline()
+    spans(tracer, 5)  # off the event loop: sent at once
+    eventually(lambda: len(receiver.spans) == 5)
+    first = kill_exporter(processor)
+    spans(tracer, 5)
+    eventually(lambda: len(receiver.spans) == 10)
+    assert processor.restarts == 1
+    assert processor.process.pid != first
+
+
+def test_spans_dropped_while_the_exporter_is_down_are_counted(process_pipeline, monkeypatch):
+    """Within the restart back-off a dead exporter is not started again: the spans meant
+    for it are dropped and each one is counted (``devicehost_spans_dropped_total``)."""
+    from devicehost.telemetry import export_process
+
+    monkeypatch.setattr(export_process, "FIRST_RESTART_SECONDS", 600.0)
+    tracer, processor, receiver = process_pipeline()
+    dropped: list[int] = []
+    processor.on_dropped = dropped.append
+    kill_exporter(processor)
+    spans(tracer, 2)  # the first restart is at once
+    eventually(lambda: len(receiver.spans) == 2)
+    kill_exporter(processor)
+    spans(tracer, 3)  # the next one waits out the back-off: these are dropped
+    assert sum(dropped) == 3
+    assert processor.dropped == 3
+    assert processor.restarts == 1

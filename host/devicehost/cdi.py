@@ -27,6 +27,7 @@ driver's ``allocate`` answer.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -34,7 +35,7 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -277,6 +278,13 @@ class _Written:
     edits: dict[str, ContainerEdits]
     names: dict[str, str]
     error: str = ""
+    #: what a failed write was for, written again by ``retry_failed``
+    wanted: tuple[ResourceSpec, Mapping[str, Device]] | None = None
+
+
+#: A failed spec write is tried again after this long, doubling up to the cap.
+FIRST_RETRY_SECONDS = 1.0
+MAX_RETRY_SECONDS = 60.0
 
 
 class CdiWriter:
@@ -287,11 +295,38 @@ class CdiWriter:
     answer is refused). ``drivers`` limits CDI to those drivers (empty: every driver).
     """
 
-    def __init__(self, directory: Path, drivers: Collection[str] = ()) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        drivers: Collection[str] = (),
+        on_error: Callable[[str], None] | None = None,
+    ) -> None:
         self.directory = directory
         self.drivers = frozenset(drivers)
+        self.on_error = on_error
         self._written: dict[str, _Written] = {}
         self._closed = False
+        self._failed = asyncio.Event()
+
+    def errors(self) -> dict[str, str]:
+        """Resource → why its spec could not be written (only resources whose last write
+        failed)."""
+        return {name: w.error for name, w in self._written.items() if w.error}
+
+    async def retry_failed(self) -> None:
+        """Write every failed spec again, with back-off, until each is written: a full
+        disk that frees up heals without waiting for a device change."""
+        delay = FIRST_RETRY_SECONDS
+        while True:
+            if not self.errors():
+                delay = FIRST_RETRY_SECONDS
+                self._failed.clear()
+                await self._failed.wait()
+            await asyncio.sleep(delay)
+            for written in list(self._written.values()):
+                if written.error and written.wanted is not None:
+                    self.refresh(*written.wanted)
+            delay = min(delay * 2, MAX_RETRY_SECONDS)
 
     def covers(self, driver: str) -> bool:
         """Whether the resources of the driver named ``driver`` are served through CDI."""
@@ -317,10 +352,18 @@ class CdiWriter:
                 log.info("CDI spec %s written (%d devices)", path, len(edits))
         except OSError as exc:
             error = f"cannot write the CDI spec {path}: {exc.strerror or exc}"
-            log.error("resource %r: %s", spec.name, error)
+            if before is None or before.error != error:
+                log.error("resource %r: %s; trying again with back-off", spec.name, error)
+            if self.on_error is not None:
+                self.on_error(path.name)
             kept = before or _Written(path, {}, {})
-            self._written[spec.name] = _Written(path, kept.edits, kept.names, error)
+            self._written[spec.name] = _Written(
+                path, kept.edits, kept.names, error, (spec, dict(devices))
+            )
+            self._failed.set()
             return
+        if before is not None and before.error:
+            log.info("resource %r: CDI spec %s written again", spec.name, path)
         names = {i: qualified_name(spec.name, i) for i in devices}
         self._written[spec.name] = _Written(path, edits, names)
 

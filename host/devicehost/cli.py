@@ -71,7 +71,17 @@ _COMMAND_FLAGS: dict[str, tuple[str, ...]] = {
     "config": tuple(_FLAGS),
     # The host's own paths and the drivers' declarations (asked without configure).
     "mounts": ("plugin_dir", "pod_resources_socket", *_SELECTION, "hook_timeout", *_LOGS),
-    "drivers": ("root", *_SELECTION, "hook_timeout", "simulate", "simulate_node", *_LOGS),
+    # ``drivers`` reads a running daemon's state: its plugin directory and status address.
+    "drivers": (
+        "root",
+        "plugin_dir",
+        "metrics_address",
+        *_SELECTION,
+        "hook_timeout",
+        "simulate",
+        "simulate_node",
+        *_LOGS,
+    ),
     "devices": ("root", *_SELECTION, "hook_timeout", "simulate", "simulate_node", *_LOGS),
     "demo": (*_SELECTION, "hook_timeout", "simulate_node", "node_name", "otlp_endpoint", *_LOGS),
 }
@@ -250,28 +260,24 @@ def _sourced(exc: ConfigError, config: HostConfig) -> ConfigError:
 
 
 async def _drivers(config: HostConfig, as_json: bool) -> int:
-    host = _host(config)
-    try:
-        await host.prepare(scan=False)
-    finally:
-        await host.stop()
-    assert host.plugins is not None
-    rows: list[dict[str, Any]] = [
-        {
-            "name": i.name,
-            "kind": i.kind,
-            "distribution": i.distribution,
-            "version": i.version,
-            "status": str(i.status),
-            "reason": i.reason,
-            "notes": i.notes,
-            "resources": [r for r, res in host.resources.items() if res.driver.info is i],
-        }
-        for i in host.plugins.infos
-    ]
+    """The running daemon's live state when one serves the plugin directory (read from its
+    status server's ``/drivers``); else a probe: the drivers started here and stopped."""
+    from devicehost.live import daemon_drivers
+
+    rows = daemon_drivers(config)
+    if rows is None:
+        host = _host(config)
+        try:
+            await host.prepare(scan=False)
+            # Read before the stop: a hook still hung then is shown as hung.
+            rows = [{**row, "source": "probe"} for row in host.driver_states()]
+        finally:
+            await host.stop()
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
+    if rows and rows[0].get("source") == "daemon":
+        print(f"live state of the devicehost serving {config.plugin_dir}:")
     if not rows:
         print("no drivers installed (entry-point group devicehost.drivers is empty)")
     for row in rows:
@@ -279,9 +285,13 @@ async def _drivers(config: HostConfig, as_json: bool) -> int:
             f"{row['name']:<12} {row['status']:<12} {row['distribution']} {row['version']}"
             f"{' (' + row['kind'] + ')' if row['kind'] != 'driver' else ''}"
         )
-        for line in ([f"reason: {row['reason']}"] if row["reason"] else []) + [
-            f"note: {n}" for n in row["notes"]
-        ]:
+        for line in (
+            ([f"reason: {row['reason']}"] if row["reason"] else [])
+            + [f"note: {n}" for n in row["notes"]]
+            + ([f"restarts: {row['restarts']}"] if row.get("restarts") else [])
+            + [f"hung: {hook} (running past its timeout)" for hook in row.get("hung", ())]
+            + [f"node file: {e}" for e in row.get("nodeFileErrors", ())]
+        ):
             print(f"{'':<12} {line}")
         if row["resources"]:
             print(f"{'':<12} resources: {', '.join(row['resources'])}")

@@ -24,7 +24,7 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 NAMESPACE = "devicehost.feature.node.kubernetes.io"
 HOOK = "devicehost_labels"
+#: A failed write of the file is tried again after this long, doubling up to the cap.
+FIRST_RETRY_SECONDS = 1.0
+MAX_RETRY_SECONDS = 60.0
 
 # The shared vocabulary's rules (docs/hooks.md): keys lower case, values as Kubernetes label
 # values (which must also start and end with a letter or digit, or be empty).
@@ -136,9 +139,15 @@ class NodeLabels:
     again and the file is rewritten if anything differs.
     """
 
-    def __init__(self, path: Path, timeout: float) -> None:
+    def __init__(
+        self, path: Path, timeout: float, on_error: Callable[[str], None] | None = None
+    ) -> None:
         self.file = FeatureFile(path)
         self.timeout = timeout
+        self.on_error = on_error
+        #: why the last write failed ("" when the file is current): retried with back-off
+        self.error = ""
+        self._retry_in = FIRST_RETRY_SECONDS
         self.drivers: list[Driver] = []
         self.resources: list[tuple[Driver, ResourceState]] = []
         self.by_driver: dict[str, dict[str, str]] = {}
@@ -169,8 +178,27 @@ class NodeLabels:
                 self.resources.append((driver, state))
         await self.refresh(driver)
         if write:
-            self.file.write(self.labels())
+            self.write()
         self._joined.set()
+
+    def write(self) -> bool:
+        """Write the file; a failure (a full or read-only disk) is logged, counted and
+        kept in ``error``, never raised: ``run`` tries again with back-off, and the
+        file heals once the disk does, with no device change needed. True when current."""
+        try:
+            self.file.write(self.labels())
+        except OSError as exc:
+            error = f"cannot write the node feature file {self.file.path}: {exc.strerror or exc}"
+            if error != self.error:
+                log.error("%s; trying again with back-off", error)
+            self.error = error
+            if self.on_error is not None:
+                self.on_error(self.file.path.name)
+            return False
+        if self.error:
+            log.info("node feature file %s written again", self.file.path)
+        self.error, self._retry_in = "", FIRST_RETRY_SECONDS
+        return True
 
     async def run(self) -> None:
         """Refresh a driver's labels after each change to one of its resources' devices."""
@@ -183,11 +211,18 @@ class NodeLabels:
             }
             self._joined.clear()
             joined = asyncio.ensure_future(self._joined.wait())
+            retry_in = self._retry_in if self.error else None
             try:
-                done, _ = await asyncio.wait([*waits, joined], return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    [*waits, joined], timeout=retry_in, return_when=asyncio.FIRST_COMPLETED
+                )
             finally:
                 for task in [*waits, joined]:
                     task.cancel()
+            if self.error and not done:  # the retry's time
+                self._retry_in = min(self._retry_in * 2, MAX_RETRY_SECONDS)
+                self.write()
+                continue
             changed: dict[str, Driver] = {}
             for task in done:
                 if task in waits:
@@ -197,7 +232,11 @@ class NodeLabels:
             for driver in changed.values():
                 await self.refresh(driver)
             if changed:
-                self.file.write(self.labels())
+                self.write()
 
     def close(self) -> None:
-        self.file.remove()
+        """Remove the file (a stop must finish: a failure is only logged)."""
+        try:
+            self.file.remove()
+        except OSError as exc:
+            log.warning("cannot remove the node feature file %s: %s", self.file.path, exc)

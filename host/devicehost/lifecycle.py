@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from devicehost import profiles
+from devicehost import profiles, supervision
 from devicehost.compose import PolicyChain
 from devicehost.config import HostConfig
 from devicehost.drivers.discovery import DriverInfo, DriverStatus, PluginSet, load_plugins
@@ -65,6 +65,7 @@ WATCH_START_SECONDS = 1.0
 RUNNER_RETRY_SECONDS = 1.0
 #: ``extra`` of the log line for a driver that refused its config section
 CONFIG_REFUSED = {"devicehost_config_refused": True}
+WORKERS_STOP_SECONDS = 0.9
 
 
 @dataclass
@@ -112,14 +113,18 @@ class Host:
         self.drivers: dict[str, DriverHandle] = {}
         self.resources: dict[str, Resource] = {}
         self.scanners: dict[str, Scanner] = {}
-        self.watcher = DirectoryWatcher(config.plugin_dir)
+        self.watcher = DirectoryWatcher(
+            config.plugin_dir, on_task_restart=self.telemetry.task_restarted
+        )
         self.status_server: StatusServer | None = None
         self.policies: PolicyChain | None = None
         self.node_labels: NodeLabels | None = None
         if config.feature_file:  # these two are off unless configured: imported only then
             from devicehost.features import NodeLabels
 
-            self.node_labels = NodeLabels(config.feature_file, config.hook_timeout)
+            self.node_labels = NodeLabels(
+                config.feature_file, config.hook_timeout, self.telemetry.node_file_error
+            )
         self._serving = False
         self._stopping = False
         #: set once start-up has brought every driver up (or stopped waiting for one)
@@ -136,7 +141,7 @@ class Host:
         if config.cdi_enabled:
             from devicehost.cdi import CdiWriter
 
-            self.cdi = CdiWriter(config.cdi_dir, config.cdi_drivers)
+            self.cdi = CdiWriter(config.cdi_dir, config.cdi_drivers, self.telemetry.node_file_error)
         self._lock_fd: int | None = None
         metrics = self.telemetry.metrics
         metrics.add_gauge(
@@ -186,6 +191,48 @@ class Host:
             for name, h in sorted(self.drivers.items())
         ]
 
+    def driver_states(self) -> list[dict[str, Any]]:
+        """Every installed plugin as ``devicehost drivers`` shows it, live: status, reason,
+        restarts, hooks running past their timeout, resources; and node files whose last
+        write failed (retried)."""
+        infos = self.plugins.infos if self.plugins else []
+        rows: list[dict[str, Any]] = []
+        for info in infos:
+            handle = self.drivers.get(info.name)
+            process = handle.process if handle is not None else None
+            rows.append(
+                {
+                    "name": info.name,
+                    "kind": info.kind,
+                    "distribution": info.distribution,
+                    "version": info.version,
+                    "status": str(info.status),
+                    "reason": info.reason,
+                    "notes": list(info.notes),
+                    "restarts": info.restarts,
+                    "hung": process.hung_hooks() if process is not None else [],
+                    "resources": [
+                        r for r, res in self.resources.items() if res.driver.info is info
+                    ],
+                    "nodeFileErrors": self._node_file_errors(info.name),
+                }
+            )
+        return rows
+
+    def _node_file_errors(self, driver: str) -> list[str]:
+        errors = []
+        if self.cdi is not None:
+            failed = self.cdi.errors()
+            errors += [
+                failed[r]
+                for r, res in self.resources.items()
+                if res.driver.name == driver and r in failed
+            ]
+        labels = self.node_labels
+        if labels is not None and labels.error and any(d.name == driver for d in labels.drivers):
+            errors.append(labels.error)
+        return errors
+
     def not_registered(self) -> list[str]:
         """Resources not (yet, or no longer) registered with the kubelet, for /readyz."""
         return [
@@ -216,16 +263,14 @@ class Host:
         self._make_plugin_dir()
         self._lock_plugin_dir()
         await self._start_status_server()
-        self._tasks.append(
-            asyncio.create_task(self._count_kubelet_restarts(), name="kubelet-restarts")
-        )
-        self._tasks.append(
-            asyncio.create_task(self._keep_plugin_dir_locked(), name="plugin-dir-lock")
-        )
+        self._tasks.append(self._supervised("kubelet-restarts", self._count_kubelet_restarts))
+        self._tasks.append(self._supervised("plugin-dir-lock", self._keep_plugin_dir_locked))
         self._serving = True
         if self.node_labels is not None:
-            self._tasks.append(asyncio.create_task(self.node_labels.run(), name="node-labels"))
-        self._tasks.append(asyncio.create_task(self._watch_when_registered(), name="watch-start"))
+            self._tasks.append(self._supervised("node-labels", self.node_labels.run))
+        if self.cdi is not None:
+            self._tasks.append(self._supervised("cdi-retry", self.cdi.retry_failed))
+        self._tasks.append(self._supervised("watch-start", self._watch_when_registered))
         await self._launch(START_WAIT_SECONDS)
         self._launched.set()
         count = len(self.resources)
@@ -238,6 +283,11 @@ class Host:
         # The Prometheus client is imported once start-up is over, so its ~20 ms never
         # delay a registration; a scrape before then imports it at once (metrics.py).
         asyncio.get_running_loop().call_later(METRICS_BIND_SECONDS, self.telemetry.metrics.bind)
+
+    def _supervised(self, name: str, run: Callable[[], Awaitable[object]]) -> asyncio.Task[None]:
+        """A long-running task of the host, restarted with back-off whenever it fails
+        (``supervision``), its failures counted in ``devicehost_task_restarts_total``."""
+        return supervision.start(name, run, self.telemetry.task_restarted)
 
     async def prepare(self, scan: bool = True) -> None:
         """Start every driver and take a first snapshot, serving nothing.
@@ -301,12 +351,13 @@ class Host:
             on_restart=lambda name: self.telemetry.metrics.driver_restarts.inc(driver=name),
             on_error=self.telemetry.driver_error,
             prestarted=self._early.workers.pop(info.name, None) if self._early else None,
+            on_task_restart=self.telemetry.task_restarted,
         )
         self.drivers[info.name] = handle
         self._driver_tasks.append(
-            asyncio.create_task(
-                handle.supervise(self._bring_up, self._on_down(handle)),
-                name=f"driver-{info.name}",
+            self._supervised(
+                f"driver-{info.name}",
+                functools.partial(handle.supervise, self._bring_up, self._on_down(handle)),
             )
         )
 
@@ -371,7 +422,7 @@ class Host:
         # A change between the first snapshot and the watch's own baseline would be missed:
         # the worker notifies once as each watch starts, and the scan that follows sees it.
         process.start_watches(list(states))
-        task = asyncio.create_task(scanner.run(), name=f"scan-{name}")
+        task = self._supervised(f"scan-{name}", scanner.run)
         self._scan_tasks[name] = task
         process.exited.add_done_callback(lambda _: task.cancel())
 
@@ -451,6 +502,7 @@ class Host:
             exc_info=exc,
         )
         resource.task = None
+        self.telemetry.task_restarted(f"resource-{resource.spec.name}")
         asyncio.get_running_loop().call_later(RUNNER_RETRY_SECONDS, self._serve_again, resource)
 
     def _serve_again(self, resource: Resource) -> None:
@@ -577,7 +629,13 @@ class Host:
         address = self.config.metrics_address
         if not address:
             return
-        server = StatusServer(address, self.telemetry.metrics.render, self.not_registered)
+        server = StatusServer(
+            address,
+            self.telemetry.metrics.render,
+            self.not_registered,
+            self.telemetry.task_restarted,
+            self.driver_states,
+        )
         try:
             await server.start()
         except OSError as exc:
@@ -632,8 +690,14 @@ class Host:
         log.info("stopped")
 
     async def _stop_workers(self, workers: Awaitable[Any]) -> None:
-        """The workers first: the zygote reports their exits, then it ends too."""
-        await workers
+        """The workers first: the zygote reports their exits, then it ends too. Bounded:
+        with a frozen worker or zygote the zygote is ended after ``WORKERS_STOP_SECONDS``
+        (killed if need be), and every worker dies with it, so SIGTERM ends the host within
+        its 2 s whatever state they are in."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                asyncio.shield(asyncio.ensure_future(workers)), WORKERS_STOP_SECONDS
+            )
         await self.zygote.close()
 
 

@@ -127,3 +127,41 @@ class IntResources(Scripted):
     @hookimpl
     def devicehost_resources(self) -> Any:
         return 7
+
+
+#: What ``LongStderrLine`` writes before it exits: 1.2 MB without a newline, then a
+#: ``\r`` progress bar (issue 24, reproduction 1).
+LONG_LINE_BYTES = 1_200_000
+
+
+class LongStderrLine(Scripted):
+    """Writes one 1.2 MB stderr line with no newline and a ``\\r`` progress bar while it
+    is configured, then exits with code 5 at its first enumerate."""
+
+    @hookimpl
+    def devicehost_configure(self, config: Mapping[str, Any], root: Path) -> None:
+        super().devicehost_configure(config=config, root=root)
+        os.write(2, b"x" * LONG_LINE_BYTES)
+        for percent in range(0, 101, 5):
+            os.write(2, f"\rprogress {percent}%".encode())
+
+    @hookimpl
+    def devicehost_enumerate(self, resource: str) -> Sequence[Any]:
+        self._enter("devicehost_enumerate", resource=resource)
+        os._exit(5)
+
+
+#: How many lines ``Chatty`` writes to stderr (issue 24, reproduction 12).
+CHATTY_LINES = 30_000
+
+
+class Chatty(Scripted):
+    """Writes ``CHATTY_LINES`` stderr lines as fast as it can when configured, and serves
+    its devices as a good driver would."""
+
+    @hookimpl
+    def devicehost_configure(self, config: Mapping[str, Any], root: Path) -> None:
+        super().devicehost_configure(config=config, root=root)
+        line = b"INFO chatty: a line the vendor library prints far too often\n"
+        for _ in range(CHATTY_LINES // 100):
+            os.write(2, line * 100)

@@ -4,8 +4,10 @@ The worker is forked by the zygote (``zygote``). The host talks to it over a soc
 (``protocol``) and reads its stderr, a pipe, as the driver's log. Calls are bounded: at
 most ``MAX_PENDING`` at a time, each with a timeout; a call whose caller gives up is
 cancelled in the worker before it starts. A worker that stops answering (every call thread
-stuck, or no answer to a ping after a timeout) is killed, so the supervisor can start a
-fresh one.
+stuck, no answer to a ping after a timeout, or a missed heartbeat: frozen) is killed, so
+the supervisor can start a fresh one. Its death is known from the zygote's report, or from
+the end of its channel when the zygote cannot report it. Its stderr costs the host a
+bounded line length and log rate whatever it writes (``DriverLog``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import socket
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from devicehost import supervision
 from devicehost.drivers.plan import early_sequence, worker_argv, worker_environment
 from devicehost.drivers.protocol import HEADER, ProtocolError, body_length, decode, encode
 from devicehost.drivers.zygote import Child, Prestarted, Zygote, ZygoteError
@@ -39,6 +42,22 @@ _NONE: Any = object()  # no volunteered answer
 MAX_PENDING = 32
 STDERR_TAIL_LINES = 20
 PING_SECONDS = 1.0
+#: A brought-up worker is pinged this often; one that misses a ping for
+#: ``HEARTBEAT_TIMEOUT_SECONDS`` (frozen by SIGSTOP, or its main thread stuck) is killed.
+#: A frozen worker is so noticed within their sum (docs/reliability.md).
+HEARTBEAT_SECONDS = 1.0
+HEARTBEAT_TIMEOUT_SECONDS = 3.0
+#: After end-of-file on a worker's channel (it died), how long the zygote's report of its
+#: exit is waited for before the host calls it gone itself (the zygote may be frozen).
+CHANNEL_EOF_GRACE_SECONDS = 0.5
+KILLED_EOF_GRACE_SECONDS = 0.1
+#: One line of a driver's stderr is logged with at most this many characters (the rest is
+#: cut); a line without an end is cut at this length too (a ``\r`` also ends a line).
+MAX_STDERR_LINE = 4096
+#: At most this many stderr lines per second are logged per driver (a burst of twice as
+#: many first); the rest are counted and summed up in one line when the rate falls.
+STDERR_LINES_PER_SECOND = 100
+STDERR_READ_BYTES = 1 << 16
 KILL_GRACE_SECONDS = 0.5
 #: The worker's call threads (``worker.CALL_THREADS``): that many stuck calls means it is hung.
 WORKER_THREADS = 4
@@ -93,8 +112,10 @@ class WorkerProcess:
         on_watch_error: Callable[[str, str], None],
         log_level: str = "info",
         entry_point: str = "",
+        on_task_restart: Callable[[str], None] | None = None,
     ) -> None:
         self.driver = driver
+        self.on_task_restart = on_task_restart
         self.zygote = zygote
         self.entry_point = entry_point
         self.distribution = distribution
@@ -117,6 +138,8 @@ class WorkerProcess:
         self._volunteered: dict[str, Any] = {}
         self._volunteering: asyncio.Future[None] | None = None
         self._stuck: set[int] = set()
+        #: the hook of each asked call not answered yet (what ``hung_hooks`` names)
+        self._hook_of: dict[int, str] = {}
         self._ids = itertools.count(1)
         self._ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         # Read the outcome even when nobody waits any more (start timed out), so asyncio
@@ -124,6 +147,9 @@ class WorkerProcess:
         self._ready.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._tasks: list[asyncio.Task[None]] = []
         self._pong: asyncio.Event = asyncio.Event()
+        self._heartbeats: list[asyncio.Event] = []
+        self._channel_closed = asyncio.Event()
+        self._driver_log: DriverLog | None = None
         #: Why the host killed the worker, quoted with its exit (a bare SIGKILL says nothing).
         self._killed_because = ""
 
@@ -169,14 +195,19 @@ class WorkerProcess:
         assert self._child is not None
         self.pid = self._child.pid
         loop = asyncio.get_running_loop()
-        stderr = self._stderr = asyncio.StreamReader(limit=1 << 20)
+        stderr = self._stderr = asyncio.StreamReader()
         await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(stderr), os.fdopen(stderr_read, "rb", 0)
         )
         reader, self._writer = await asyncio.open_unix_connection(sock=parent)
+        self._driver_log = DriverLog(self.driver, self.tail)
         self._tasks = [
             asyncio.create_task(self._read_channel(reader), name=f"worker-{self.driver}-channel"),
-            asyncio.create_task(self._read_stderr(), name=f"worker-{self.driver}-stderr"),
+            supervision.start(
+                f"stderr-{self.driver}",
+                functools.partial(self._driver_log.read, stderr),
+                self.on_task_restart,
+            ),
             asyncio.create_task(self._wait_exit(), name=f"worker-{self.driver}-exit"),
         ]
 
@@ -195,6 +226,9 @@ class WorkerProcess:
             await self.kill(f"its driver did not finish importing within {timeout:g} s")
             raise WorkerExited(await asyncio.shield(self.exited)) from None
         self.hooks = frozenset(str(h) for h in ready.get("hooks", ()) if isinstance(h, str))
+        self._tasks.append(
+            asyncio.create_task(self._heartbeat(), name=f"worker-{self.driver}-heartbeat")
+        )
 
     # -- channel ---------------------------------------------------------------------------
 
@@ -209,15 +243,44 @@ class WorkerProcess:
                 message = decode(await reader.readexactly(body_length(header)))
                 self._dispatch(message)
         except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the worker closed its end: it is exiting
+            pass  # the worker closed its end: it is exiting, or dead
         except ProtocolError as exc:
             await self.kill(f"it broke the channel protocol: {exc}")
+        except Exception as exc:  # a host bug must not leave the worker unwatched
+            log.exception("driver %r: reading its channel failed", self.driver)
+            await self.kill(f"reading its channel failed: {type(exc).__name__}: {exc}")
+        finally:
+            self._channel_closed.set()
+
+    async def _heartbeat(self) -> None:
+        """Ping the brought-up worker every ``HEARTBEAT_SECONDS``; kill it when a ping
+        goes unanswered for ``HEARTBEAT_TIMEOUT_SECONDS`` (frozen, or its main thread
+        stuck), so the supervisor restarts it."""
+        while not self.exited.done():
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            answered = asyncio.Event()
+            self._heartbeats.append(answered)
+            self._send({"ping": True})
+            try:
+                await asyncio.wait_for(answered.wait(), HEARTBEAT_TIMEOUT_SECONDS)
+            except TimeoutError:
+                if not self.exited.done():
+                    await self.kill(
+                        f"it did not answer a heartbeat within {HEARTBEAT_TIMEOUT_SECONDS:g} s "
+                        "(frozen, or its main thread is stuck)"
+                    )
+                return
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._heartbeats.remove(answered)
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         if "result" in message or "error" in message:
             call_id = message.get("result", message.get("error"))
             future = self._pending.get(call_id) if isinstance(call_id, int) else None
-            self._stuck.discard(call_id) if isinstance(call_id, int) else None
+            if isinstance(call_id, int):
+                self._stuck.discard(call_id)
+                self._hook_of.pop(call_id, None)
             if future is not None and not future.done():
                 if "result" in message:
                     future.set_result(message.get("value"))
@@ -236,6 +299,8 @@ class WorkerProcess:
             self.on_watch_error(str(message["watch_error"]), str(message.get("message", "")))
         elif "pong" in message:
             self._pong.set()
+            for answered in self._heartbeats:
+                answered.set()
         elif not self._ready.done():
             if "ready" in message and isinstance(message["ready"], dict):
                 self._ready.set_result(message["ready"])
@@ -248,26 +313,36 @@ class WorkerProcess:
                 reason = str(message.get("failed", f"unexpected first message {message!r:.200}"))
                 self._ready.set_exception(DriverError(self.driver, "import", reason))
 
-    async def _read_stderr(self) -> None:
-        assert self._stderr is not None
-        driver_log = logging.getLogger(f"devicehost.driver.{self.driver}")
-        async for raw in self._stderr:
-            line = raw.decode(errors="replace").rstrip()
-            if not line:
-                continue
-            self.tail.append(line)
-            level = _level_of(line)
-            driver_log.log(level, "driver %r: %s", self.driver, line)
-
     async def _wait_exit(self) -> None:
+        """The worker's end: the zygote reports its exit code; end-of-file on its channel
+        is the same news when the zygote cannot tell (frozen, or gone)."""
         assert self._child is not None
-        code = await self._child.exit
+        exit_code: asyncio.Future[int] = asyncio.ensure_future(asyncio.shield(self._child.exit))
+        closed: asyncio.Future[Any] = asyncio.ensure_future(self._channel_closed.wait())
+        try:
+            await asyncio.wait([exit_code, closed], return_when=asyncio.FIRST_COMPLETED)
+            if not exit_code.done():
+                # Killed by the host: it is gone already, only the report may be missing.
+                grace = (
+                    KILLED_EOF_GRACE_SECONDS if self._killed_because else CHANNEL_EOF_GRACE_SECONDS
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(exit_code), grace)
+        finally:
+            closed.cancel()
+        if exit_code.done():
+            why = describe_exit(exit_code.result())
+        else:
+            exit_code.cancel()
+            self._direct_kill()  # it closed its channel, so it is going: make sure
+            why = "closed its channel and was killed (the zygote did not report its exit)"
         # Let the stderr reader take the last lines before they are quoted.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._tasks[1]), 0.5)
-        why = describe_exit(code)
         if self._killed_because:
             why = f"{why} by the host ({self._killed_because})"
+        for task in self._tasks[3:]:  # the heartbeat
+            task.cancel()
         if not self.exited.done():
             self.exited.set_result(why)
         error = WorkerExited(why)
@@ -347,6 +422,7 @@ class WorkerProcess:
             call_id = next(self._ids)
             future = asyncio.get_running_loop().create_future()
             self._pending[call_id] = future
+            self._hook_of[call_id] = hook
             self._send({"call": call_id, "hook": hook, "kwargs": kwargs})
         try:
             async with asyncio.timeout(timeout):
@@ -369,6 +445,13 @@ class WorkerProcess:
             raise
         finally:
             self._pending.pop(call_id, None)
+            if call_id not in self._stuck:
+                self._hook_of.pop(call_id, None)
+
+    def hung_hooks(self) -> list[str]:
+        """The hooks running in the worker past their timeout now (a hung vendor call)."""
+        hung = [self._hook_of.get(i, "devicehost_enumerate") for i in self._stuck]
+        return sorted(hung) if not self.exited.done() else []
 
     async def _take_volunteered(self, resource: str, timeout: float) -> Any:
         """The enumeration the worker volunteered for ``resource`` (waiting for the worker
@@ -453,8 +536,18 @@ class WorkerProcess:
         log.error("driver %r: killing its worker (pid %s): %s", self.driver, self.pid, why)
         self._killed_because = why
         self.zygote.kill(self._child.pid)
+        self._direct_kill()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self.exited), KILL_GRACE_SECONDS + 2)
+
+    def _direct_kill(self) -> None:
+        """SIGKILL the worker from here too, in case the zygote is frozen. Safe while the
+        zygote has not reported the exit: an unreaped pid is never reused, and the zygote
+        reaps a child only as it reports it."""
+        assert self._child is not None
+        if not self._child.exit.done():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self._child.pid, signal.SIGKILL)
 
     async def _finish(self) -> None:
         """Let the readers drain to EOF (so the transport closes), then cancel stragglers."""
@@ -476,6 +569,72 @@ def _error(message: dict[str, Any]) -> Exception:
     if kind == "value":
         return ValueError(text.removeprefix("ValueError: "))
     return RuntimeError(text)
+
+
+class DriverLog:
+    """A driver's stderr as log lines: whatever it writes (a megabyte without a newline, a
+    ``\r`` progress bar, a flood) costs the host a bounded line length and log rate."""
+
+    def __init__(self, driver: str, tail: collections.deque[str]) -> None:
+        self.driver = driver
+        self.tail = tail
+        self.log = logging.getLogger(f"devicehost.driver.{driver}")
+        self.cut = 0
+        self.suppressed = 0
+        self._tokens = float(2 * STDERR_LINES_PER_SECOND)
+        self._refilled = 0.0
+
+    async def read(self, stream: asyncio.StreamReader) -> None:
+        """Log ``stream``'s lines until its end."""
+        pending = b""
+        while chunk := await stream.read(STDERR_READ_BYTES):
+            lines = (pending + chunk).replace(b"\r", b"\n").split(b"\n")
+            pending = lines.pop()
+            for raw in lines:
+                self.line(raw)
+            if len(pending) > MAX_STDERR_LINE:
+                self.line(pending)
+                pending = b""  # the rest of that line goes on as lines of its own
+        if pending:
+            self.line(pending)
+        self._summarise()
+
+    def line(self, raw: bytes) -> None:
+        if len(raw) > MAX_STDERR_LINE:
+            self.cut += 1
+            raw = raw[:MAX_STDERR_LINE]
+        line = raw.decode(errors="replace").rstrip()
+        if not line:
+            return
+        self.tail.append(line)
+        if not self._take_token():
+            self.suppressed += 1
+            return
+        self._summarise()
+        self.log.log(_level_of(line), "driver %r: %s", self.driver, line)
+
+    def _take_token(self) -> bool:
+        now = asyncio.get_running_loop().time()
+        if self._refilled:
+            self._tokens = min(
+                2.0 * STDERR_LINES_PER_SECOND,
+                self._tokens + (now - self._refilled) * STDERR_LINES_PER_SECOND,
+            )
+        self._refilled = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+    def _summarise(self) -> None:
+        if self.suppressed:
+            self.log.warning(
+                "driver %r: %d lines of its output not logged (over %d lines/s)",
+                self.driver,
+                self.suppressed,
+                STDERR_LINES_PER_SECOND,
+            )
+            self.suppressed = 0
 
 
 def _level_of(line: str) -> int:

@@ -71,6 +71,7 @@ class DriverHandle:
         on_restart: Callable[[str], None] | None = None,
         on_error: Callable[[str, str], None] | None = None,
         prestarted: WorkerProcess | None = None,
+        on_task_restart: Callable[[str], None] | None = None,
     ) -> None:
         self.info = info
         self.zygote = zygote
@@ -84,6 +85,7 @@ class DriverHandle:
         self.stable_seconds = stable_seconds
         self.on_restart = on_restart
         self.on_error = on_error
+        self.on_task_restart = on_task_restart
         self.process: WorkerProcess | None = None
         self.hooks: frozenset[str] = frozenset()
         #: Set once the first run has brought the driver up, failed for good, or given up.
@@ -123,6 +125,14 @@ class DriverHandle:
             self.settled.set()
         except WorkerDown as down:
             await self._restart(bring_up, on_down, down)
+        except Exception as exc:
+            # A host bug (not the driver's): the caller's supervision logs it and runs this
+            # again; the worker of the failed run goes, so the next run starts clean.
+            why = f"the host failed supervising it ({type(exc).__name__}: {exc})"
+            if self.process is not None:
+                await self.process.kill(why)
+            self._down(why, on_down, 1)
+            raise
 
     async def _restart(
         self, bring_up: BringUp, on_down: Callable[[str], None], down: WorkerDown
@@ -181,6 +191,7 @@ class DriverHandle:
                 on_watch_error=self._watch_error,
                 log_level=self.log_level,
                 entry_point=self.info.entry_point,
+                on_task_restart=self.on_task_restart,
             )
         else:
             process.on_notify, process.on_watch_error = self.on_notify, self._watch_error

@@ -16,8 +16,10 @@ end of its stderr pipe)::
 
   host → zygote:  {"spawn": n, "argv": [...], "env": {...}}   + 2 fds
                   {"kill": pid}                 SIGKILL, if that child still runs
+                  {"ping": n}                   the heartbeat (``HEARTBEAT_SECONDS``)
   zygote → host:  {"spawned": n, "pid": pid} | {"failed": n, "message": text}
                   {"exited": pid, "code": code} as subprocess reports it (-N: signal N)
+                  {"pong": n}
                   {"prestarted": name, "pid": pid, "argv": [...], "sequence": [...]}
                                                 + 2 fds (the host's end of the worker's
                                                 channel, the read end of its stderr)
@@ -64,8 +66,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_DATAGRAM = 1 << 20
-#: How long ``close`` waits for the zygote to kill its children and exit.
-CLOSE_SECONDS = 2.0
+#: How long ``close`` waits for the zygote to kill its children and exit (it takes a few
+#: ms); then it is killed, so a frozen zygote cannot hold a stopping host.
+CLOSE_SECONDS = 0.3
+#: The zygote is pinged this often while the host uses it; one that does not answer within
+#: ``HEARTBEAT_TIMEOUT_SECONDS`` (frozen) is killed, and its workers with it: each driver
+#: starts again from a fresh zygote, as after the zygote's death.
+HEARTBEAT_SECONDS = 1.0
+HEARTBEAT_TIMEOUT_SECONDS = 3.0
+#: A ping unanswered this long when the host stops means the zygote is frozen.
+FROZEN_SECONDS = 0.5
 #: The exit code of a child that failed before the worker's own code ran.
 BROKEN_CHILD = 70
 
@@ -143,6 +153,10 @@ class Zygote:
         self._prestart_event: asyncio.Event | None = None
         #: what the plan returned beside the workers (plain data), once done
         self.prestart_result: Any = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        #: when the heartbeat's unanswered ping was sent (None: answered)
+        self._ping_sent: float | None = None
+        self._pongs: dict[int, asyncio.Event] = {}
 
     @classmethod
     def fork(cls, prestart: Prestart | None = None) -> Zygote:
@@ -196,7 +210,38 @@ class Zygote:
             self._process.control.setblocking(False)
             loop.add_reader(self._process.control.fileno(), self._on_readable, self._process)
             self._loop = loop
+            self._heartbeat = loop.create_task(self._beat(self._process), name="zygote-heartbeat")
         return self._process
+
+    async def _beat(self, process: _Process) -> None:
+        """Ping ``process`` until it is gone; kill it when it stops answering (frozen)."""
+        import asyncio
+
+        for beat in itertools.count():
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            if process.gone:
+                return
+            answered = self._pongs[beat] = asyncio.Event()
+            self._ping_sent = time.monotonic()
+            try:
+                process.control.send(json.dumps({"ping": beat}).encode())
+            except OSError:
+                return  # gone: ``_lost`` has it
+            try:
+                await asyncio.wait_for(answered.wait(), HEARTBEAT_TIMEOUT_SECONDS)
+            except TimeoutError:
+                if not process.gone:
+                    log.error(
+                        "the zygote (pid %d) did not answer a heartbeat within %g s (frozen?); "
+                        "killing it: its workers die with it and start again",
+                        process.pid,
+                        HEARTBEAT_TIMEOUT_SECONDS,
+                    )
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(process.pid, signal.SIGKILL)
+                return
+            finally:
+                self._pongs.pop(beat, None)
 
     async def start(self, argv: Sequence[str], env: dict[str, str], fds: Sequence[int]) -> Child:
         """Fork a worker running ``python -m devicehost.drivers.worker <argv>`` with ``env``;
@@ -287,6 +332,12 @@ class Zygote:
             self.discard(worker)
 
     def _dispatch(self, message: dict[str, Any]) -> None:
+        if "pong" in message:
+            self._ping_sent = None
+            answered = self._pongs.get(message["pong"])
+            if answered is not None:
+                answered.set()
+            return
         if "prestart_done" in message:
             self.prestart_result = message.get("result")
             self._prestart_done = True
@@ -316,6 +367,8 @@ class Zygote:
         if self._loop is not None:
             self._loop.remove_reader(process.control.fileno())
             self._loop = None
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
         process.control.close()
         _reap_later(process)
         if self._children or self._starting:
@@ -349,8 +402,12 @@ class Zygote:
         if self._loop is not None:
             self._loop.remove_reader(process.control.fileno())
             self._loop = None
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
         process.control.close()
         deadline = time.monotonic() + CLOSE_SECONDS
+        if self._ping_sent is not None and deadline - self._ping_sent > FROZEN_SECONDS:
+            deadline = 0.0  # it answers a ping within ms: frozen, so kill it now
         while process.poll() is None and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         if process.poll() is None:
@@ -518,6 +575,8 @@ def serve(control: socket.socket, prestart: Prestart | None = None) -> None:
             message = json.loads(data)
             if "spawn" in message and len(fds) == 2:
                 start(message, fds)
+            elif "ping" in message:
+                reply({"pong": message["ping"]})
             elif "kill" in message and message["kill"] in children:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(message["kill"], signal.SIGKILL)

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from devicehost import supervision
 
 if TYPE_CHECKING:
     from asyncinotify import Inotify
@@ -46,9 +50,14 @@ class DirectoryWatcher:
     """Sets every subscriber's event when ``directory`` changes (inotify or polling)."""
 
     def __init__(
-        self, directory: Path, poll_interval: float = 0.2, safety_interval: float = 5.0
+        self,
+        directory: Path,
+        poll_interval: float = 0.2,
+        safety_interval: float = 5.0,
+        on_task_restart: Callable[[str], None] | None = None,
     ) -> None:
         self.directory = directory
+        self.on_task_restart = on_task_restart
         self.poll_interval = poll_interval
         self.safety_interval = safety_interval
         #: "inotify", "polling" (no inotify here), or "stopped".
@@ -81,9 +90,15 @@ class DirectoryWatcher:
                 log.warning("inotify unavailable (%s); polling %s instead", exc, self.directory)
             else:
                 mode, interval = "inotify", self.safety_interval
-                self._tasks.append(asyncio.create_task(self._events(), name="plugin-dir-events"))
+                self._tasks.append(
+                    supervision.start("plugin-dir-events", self._events, self.on_task_restart)
+                )
         self.mode = mode
-        self._tasks.append(asyncio.create_task(self._tick(interval), name="plugin-dir-watch"))
+        self._tasks.append(
+            supervision.start(
+                "plugin-dir-watch", functools.partial(self._tick, interval), self.on_task_restart
+            )
+        )
         log.info("watching %s for kubelet restarts (%s)", self.directory, self.mode)
         self._wake_all()  # whatever changed before the watch began is checked now
 

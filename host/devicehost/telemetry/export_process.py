@@ -33,6 +33,7 @@ import contextlib
 import logging
 import marshal
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -70,6 +71,8 @@ NICENESS = 10
 SEND_SPANS = 256
 RECEIVE_BYTES = 1 << 20
 HOLD_BYTES = 8 << 20
+FIRST_RESTART_SECONDS = 1.0
+MAX_RESTART_SECONDS = 60.0
 
 
 def span_to_plain(span: ReadableSpan) -> tuple[Any, ...]:
@@ -137,13 +140,15 @@ class ProcessSpanProcessor(SpanProcessor):
 
     def __init__(self, endpoint: str, resource: dict[str, Any], scope: tuple[str, str]) -> None:
         self.dropped = 0
-        ours, self.process = start_helper(
-            __name__, host_environment(**{ENDPOINT_VARIABLE: endpoint})
-        )
-        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
-        ours.sendall(marshal.dumps((resource, scope)))
-        ours.setblocking(False)
-        self._socket: socket.socket | None = ours
+        #: called with each number of spans dropped (``devicehost_spans_dropped_total``)
+        self.on_dropped: Callable[[int], None] | None = None
+        #: times the export process was started again after it died
+        self.restarts = 0
+        self._endpoint, self._first = endpoint, (resource, scope)
+        self._restart_delay = FIRST_RESTART_SECONDS
+        self._restart_at = 0.0
+        self._socket: socket.socket | None = None
+        self._start_process()
         self.max_wait = schedule_delay_seconds()
         self.max_held = max_queue_size()
         self._held: list[bytes | AnsweredRow] = []
@@ -220,15 +225,69 @@ class ProcessSpanProcessor(SpanProcessor):
             self._send_message(spans[start : start + SEND_SPANS], False)
         self._send_message([], True)
 
+    def _start_process(self) -> None:
+        ours, self.process = start_helper(
+            __name__, host_environment(**{ENDPOINT_VARIABLE: self._endpoint})
+        )
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+        ours.sendall(marshal.dumps(self._first))
+        ours.setblocking(False)
+        self._socket = ours
+
+    def _restart_if_dead(self) -> bool:
+        """The export process is supervised: one that died is started again, at most
+        once per back-off (1 s doubling to 60 s), when the next message finds it gone. True when
+        a process is running to send to."""
+        if self.process.poll() is None:
+            return True
+        now = time.monotonic()
+        if now < self._restart_at:
+            return False
+        log.error(
+            "tracing: the span export process (pid %d) %s; starting it again%s",
+            self.process.pid,
+            _describe_code(self.process.returncode),
+            f" (restart {self.restarts + 1})",
+        )
+        if self._socket is not None:
+            self._socket.close()
+        try:
+            self._start_process()
+        except OSError as exc:
+            log.error("tracing: the span export process could not be started: %s", exc)
+            self._restart_at = now + self._restart_delay
+            self._restart_delay = min(self._restart_delay * 2, MAX_RESTART_SECONDS)
+            return False
+        self.restarts += 1
+        self._restart_at = now + self._restart_delay
+        self._restart_delay = min(self._restart_delay * 2, MAX_RESTART_SECONDS)
+        return True
+
     def _send_message(self, spans: list[bytes | AnsweredRow], export: bool) -> None:
         if self._socket is None:
             return
         try:
             self._socket.send(marshal.dumps((export, spans)))
-        except (BlockingIOError, OSError) as exc:
-            if not self.dropped:
-                log.warning("tracing: the span exporter is not keeping up (%s); spans dropped", exc)
-            self.dropped += len(spans)
+            return
+        except BlockingIOError as exc:
+            why = f"the span exporter is not keeping up ({exc})"
+        except OSError as exc:  # it died: the next message goes to a fresh one
+            why = f"the span exporter is gone ({exc})"
+            if self._restart_if_dead() and spans:
+                with contextlib.suppress(OSError):
+                    assert self._socket is not None
+                    self._socket.send(marshal.dumps((export, spans)))
+                    return
+        self._dropped(len(spans), why)
+
+    def _dropped(self, count: int, why: str) -> None:
+        if not count:
+            return
+        if not self.dropped:
+            log.warning("tracing: %s; spans dropped (devicehost_spans_dropped_total)", why)
+        self.dropped += count
+        if self.on_dropped is not None:
+            self.on_dropped(count)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         self._send()  # the export process batches and exports what it receives
@@ -251,6 +310,13 @@ class ProcessSpanProcessor(SpanProcessor):
 
     def shutdown(self) -> None:
         self.close(0)
+
+
+def _describe_code(code: int | None) -> str:
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
 
 
 # -- the export process ------------------------------------------------------------------

@@ -61,7 +61,10 @@ class Telemetry:
         called only when tracing is on (pod identities only ever go on spans)."""
         tracer = Tracing.from_config(config.otlp_endpoint, config.node_name, exporter=exporter)
         lookup = resolver() if resolver is not None and tracer.enabled else NoPodLookup()
-        return cls(tracer, Metrics(), lookup)
+        metrics = Metrics()
+        if tracer.sender is not None:
+            tracer.sender.on_dropped = metrics.spans_dropped.inc
+        return cls(tracer, metrics, lookup)
 
     # -- pod identity ------------------------------------------------------------------------
 
@@ -121,6 +124,14 @@ class Telemetry:
 
     def driver_error(self, driver: str, hook: str) -> None:
         self.metrics.driver_errors.inc(driver=driver, hook=hook)
+
+    def task_restarted(self, task: str) -> None:
+        """A long-running host task failed and is started again (``supervision``)."""
+        self.metrics.task_restarts.inc(task=task)
+
+    def node_file_error(self, file: str) -> None:
+        """Writing a node file (a CDI spec, the feature file) failed; it is retried."""
+        self.metrics.node_file_errors.inc(file=file)
 
     def registration(self, resource: str, result: str) -> None:
         """Count one registration attempt: ``ok``, ``rejected`` or ``unreachable``."""

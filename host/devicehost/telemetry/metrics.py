@@ -267,6 +267,23 @@ class Metrics:
             "Times a driver's worker process was started again after it went down.",
             ("driver",),
         )
+        self.task_restarts = Counter(
+            self,
+            "devicehost_task_restarts_total",
+            "Times a long-running host task failed and was started again, by task.",
+            ("task",),
+        )
+        self.node_file_errors = Counter(
+            self,
+            "devicehost_node_file_errors_total",
+            "Failed writes of a node file (a CDI spec, the feature file), by file; retried.",
+            ("file",),
+        )
+        self.spans_dropped = Counter(
+            self,
+            "devicehost_spans_dropped_total",
+            "Finished spans dropped before export (exporter behind, down or restarting).",
+        )
         self._series: tuple[Counter | Histogram, ...] = (
             self.allocations,
             self.allocate_duration,
@@ -274,6 +291,9 @@ class Metrics:
             self.kubelet_restarts,
             self.driver_errors,
             self.driver_restarts,
+            self.task_restarts,
+            self.node_file_errors,
+            self.spans_dropped,
         )
 
     def series_of(self, metric: Counter | Histogram, labels: dict[str, str]) -> Series:

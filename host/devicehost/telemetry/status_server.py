@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import socket
 import time
 from collections.abc import Callable
 
+from devicehost import supervision
 from devicehost.telemetry.metrics import CONTENT_TYPE
 
 log = logging.getLogger(__name__)
@@ -30,8 +32,16 @@ class StatusServer:
     """Serves ``metrics()`` as Prometheus text, liveness, and ``not_ready()`` as readiness."""
 
     def __init__(
-        self, address: str, metrics: Callable[[], str], not_ready: Callable[[], list[str]]
+        self,
+        address: str,
+        metrics: Callable[[], str],
+        not_ready: Callable[[], list[str]],
+        on_task_restart: Callable[[str], None] | None = None,
+        drivers: Callable[[], object] | None = None,
     ) -> None:
+        self.on_task_restart = on_task_restart
+        #: the live state per driver, served as JSON on /drivers (``devicehost drivers``)
+        self.drivers = drivers
         host, _, port = address.rpartition(":")
         #: None: every address family (see the module docstring).
         self.host: str | None = host.strip("[]") or None
@@ -49,7 +59,7 @@ class StatusServer:
             host, port = sock.getsockname()[:2]
             self.port = port
             self.addresses.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
-        self._heartbeat = asyncio.create_task(self._beat(), name="loop-heartbeat")
+        self._heartbeat = supervision.start("loop-heartbeat", self._beat, self.on_task_restart)
         log.info(
             "metrics and probes on %s (/metrics, /healthz, /readyz)",
             ", ".join(f"http://{a}" for a in self.addresses),
@@ -69,6 +79,8 @@ class StatusServer:
             if self.lag > MAX_LOOP_LAG_SECONDS:
                 return 503, "text/plain", f"event loop lagging {self.lag:.1f} s\n"
             return 200, "text/plain", f"ok (loop lag {self.lag * 1000:.0f} ms)\n"
+        if path == "/drivers" and self.drivers is not None:
+            return 200, "application/json", json.dumps(self.drivers(), indent=2) + "\n"
         if path == "/readyz":
             waiting = self.not_ready()
             if waiting:
