@@ -321,3 +321,27 @@ def test_devicehost_run_with_every_bad_driver_serves_the_good_one_and_stops_on_s
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+# -- bounds ----------------------------------------------------------------------------------
+
+
+def test_an_allocate_answer_over_the_kubelets_receive_limit_is_refused_naming_its_size(
+    install, run_host, kubelet, caplog
+):
+    """A driver whose Allocate answer would be over the kubelet's 4 MiB receive limit (600
+    environment values of 8 KiB) is refused with RESOURCE_EXHAUSTED naming the resource and
+    the size, and the refusal is logged; the good driver serves meanwhile."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(install, run_host, "testdrivers.faulty:Echo")
+    kubelet.wait_devices(BAD, lambda d: len(d) == 2)
+    scripted_control(host, BAD).answer({"envs": {f"BIG_{i}": "x" * 8192 for i in range(600)}})
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.allocate(BAD, [["b-0"]])
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    details = refused.value.details()
+    assert repr(BAD) in details and "4194304-byte receive limit" in details, details
+    size = re.search(r"the Allocate answer is (\d+) bytes", details)
+    assert size is not None and int(size.group(1)) > 4 * 1024 * 1024, details
+    assert logged(caplog, repr(BAD), f"is {size.group(1)} bytes")
+    good_driver_serves(host, kubelet)
