@@ -23,7 +23,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+from devicehost import Device
 from devicehost.drivers.discovery import DriverStatus
+from devicehost.drivers.protocol import MAX_MESSAGE_BYTES
 from devicehost.testing import HostThread, KubeletStandIn, write_distribution
 from support import SCRIPTED, UNHURRIED_SECONDS, ScriptedControl, eventually
 from support import scripted as scripted_control
@@ -329,15 +331,16 @@ def test_devicehost_run_with_every_bad_driver_serves_the_good_one_and_stops_on_s
 def test_an_allocate_answer_over_the_kubelets_receive_limit_is_refused_naming_its_size(
     install, run_host, kubelet, caplog
 ):
-    """A driver whose Allocate answer would be over the kubelet's 4 MiB receive limit (600
-    environment values of 8 KiB) is refused with RESOURCE_EXHAUSTED naming the resource and
-    the size, and the refusal is logged; the good driver serves meanwhile."""
+    """A driver whose Allocate answer would be over the kubelet's 4 MiB receive limit (two
+    containers of 300 environment values of 8 KiB each: each under the channel's limit) is
+    refused with RESOURCE_EXHAUSTED naming the resource and the size, and the refusal is
+    logged; the good driver serves meanwhile."""
     caplog.set_level(logging.INFO, logger="devicehost")
     host = beside_good(install, run_host, "testdrivers.faulty:Echo")
     kubelet.wait_devices(BAD, lambda d: len(d) == 2)
-    scripted_control(host, BAD).answer({"envs": {f"BIG_{i}": "x" * 8192 for i in range(600)}})
+    scripted_control(host, BAD).answer({"envs": {f"BIG_{i}": "x" * 8192 for i in range(300)}})
     with pytest.raises(grpc.RpcError) as refused:
-        kubelet.allocate(BAD, [["b-0"]])
+        kubelet.allocate(BAD, [["b-0"], ["b-1"]])
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     details = refused.value.details()
     assert repr(BAD) in details and "4194304-byte receive limit" in details, details
@@ -345,3 +348,89 @@ def test_an_allocate_answer_over_the_kubelets_receive_limit_is_refused_naming_it
     assert size is not None and int(size.group(1)) > 4 * 1024 * 1024, details
     assert logged(caplog, repr(BAD), f"is {size.group(1)} bytes")
     good_driver_serves(host, kubelet)
+
+
+def test_an_answer_over_the_channel_limit_is_refused_naming_the_driver_and_limit(
+    install, run_host, kubelet, caplog
+):
+    """An allocate answer over the channel's 4 MiB message limit is refused in the worker
+    (never decoded by the host): INTERNAL naming the driver and the limit; the worker is not
+    restarted, and the good driver serves meanwhile."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(install, run_host, "testdrivers.faulty:Echo")
+    kubelet.wait_devices(BAD, lambda d: len(d) == 2)
+    pid = host.host.drivers["bad"].process.pid
+    scripted_control(host, BAD).answer({"envs": {f"BIG_{i}": "x" * 8192 for i in range(600)}})
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.allocate(BAD, [["b-0"]])
+    assert refused.value.code() == grpc.StatusCode.INTERNAL
+    details = refused.value.details()
+    assert "driver 'bad'" in details and f"{MAX_MESSAGE_BYTES}-byte message limit" in details
+    good_driver_serves(host, kubelet)
+    assert host.host.drivers["bad"].process.pid == pid
+
+
+def test_an_enumeration_over_the_device_limit_is_refused_and_the_last_good_list_stays(
+    install, run_host, kubelet, caplog
+):
+    """A driver that goes from 2 devices to 8 under limits.devicesPerResource 5 has the new
+    list refused whole, logged naming the driver and the limit; the kubelet keeps the last
+    good list (2 devices, Healthy), and the good driver serves meanwhile."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(install, run_host, SCRIPTED, max_devices_per_resource=5)
+    kubelet.wait_devices(BAD, lambda d: set(d) == {"b-0", "b-1"})
+    bad = scripted_control(host, BAD)
+    bad.set_devices(BAD, [Device(id=f"b-{i}") for i in range(8)])
+    eventually(
+        lambda: logged(caplog, "driver 'bad'", "8 devices, over the limit of 5 per resource"),
+        timeout=15,
+    )
+    assert logged(caplog, repr(BAD), "last good list", "stays in force")
+    good_driver_serves(host, kubelet)
+    assert kubelet.health(BAD) == {"b-0": "Healthy", "b-1": "Healthy"}
+
+
+def test_an_enumeration_over_the_channel_limit_keeps_the_last_good_list(
+    install, run_host, kubelet, caplog
+):
+    """An enumeration whose answer is over the channel's 4 MiB limit (40 000 devices with
+    long IDs) is refused in the worker, logged naming the driver and the limit; the last
+    good list stays, and the good driver serves meanwhile."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(
+        install, run_host, SCRIPTED, max_devices_per_resource=100_000, hook_timeout=30.0
+    )
+    kubelet.wait_devices(BAD, lambda d: set(d) == {"b-0", "b-1"})
+    many = [Device(id=f"b-{i:0>60}") for i in range(40_000)]
+    scripted_control(host, BAD).set_devices(BAD, many)
+    eventually(
+        lambda: logged(caplog, "driver 'bad'", f"{MAX_MESSAGE_BYTES}-byte message limit"),
+        timeout=30,
+    )
+    good_driver_serves(host, kubelet)
+    assert kubelet.health(BAD) == {"b-0": "Healthy", "b-1": "Healthy"}
+
+
+def test_resources_past_the_per_driver_limit_are_refused_naming_the_limit(
+    install, run_host, kubelet, caplog
+):
+    """A driver declaring 5 resources under limits.resourcesPerDriver 3 has the first 3
+    served and the rest refused, logged naming the driver and the limit; the good driver
+    serves."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    install("devicehost-good", drivers={"good": SCRIPTED})
+    install("devicehost-bad", drivers={"bad": SCRIPTED})
+    names = [f"test.example/bad{i}" for i in range(5)]
+    host = run_host(
+        enabled_drivers=("good", "bad"),
+        drivers={
+            "good": {"resources": {GOOD: 2}, "prefix": "g"},
+            "bad": {"resources": dict.fromkeys(names, 1), "prefix": "b"},
+        },
+        max_resources_per_driver=3,
+        **TIMEOUTS,
+    )
+    good_driver_serves(host, kubelet)
+    eventually(lambda: set(names[:3]) <= set(kubelet.registered()))
+    assert logged(caplog, "driver 'bad'", "5 resources, over the limit of 3 per driver")
+    assert not set(names[3:]) & set(host.host.resources)

@@ -57,6 +57,20 @@ def _positive_float(value: Any) -> float:
     return number
 
 
+def _count(low: int, high: int) -> Callable[[Any], int]:
+    """A parser of a whole number from ``low`` to ``high`` (a limit: docs/reliability.md)."""
+
+    def parse(value: Any) -> int:
+        if type(value) is not int and not (isinstance(value, str) and value.isdigit()):
+            raise ValueError(f"expected a whole number from {low} to {high}, got {_short(value)}")
+        number = int(value)
+        if not low <= number <= high:
+            raise ValueError(f"expected a whole number from {low} to {high}, got {number}")
+        return number
+
+    return parse
+
+
 def _path(value: Any) -> Path:
     if not isinstance(value, str | Path) or not str(value) or "\x00" in str(value):
         raise ValueError(f"expected a path, got {value!r}")
@@ -192,6 +206,8 @@ class HostConfig:
     cdi_enabled: bool = False
     cdi_dir: Path = Path("/var/run/cdi")
     cdi_drivers: tuple[str, ...] = ()
+    max_devices_per_resource: int = 10_000
+    max_resources_per_driver: int = 64
 
     @property
     def kubelet_socket(self) -> Path:
@@ -411,6 +427,20 @@ SETTINGS: tuple[Setting, ...] = (
         _name_list,
         "DEVICEHOST_CDI_DRIVERS",
         "with cdi.enabled: only these drivers' resources use CDI (empty: every driver)",
+    ),
+    Setting(
+        "limits.devicesPerResource",
+        "max_devices_per_resource",
+        _count(1, 100_000),
+        "DEVICEHOST_MAX_DEVICES_PER_RESOURCE",
+        "a resource enumerated with more devices is refused whole; its last good list stays",
+    ),
+    Setting(
+        "limits.resourcesPerDriver",
+        "max_resources_per_driver",
+        _count(1, 256),
+        "DEVICEHOST_MAX_RESOURCES_PER_DRIVER",
+        "a driver declaring more resources has the ones past this refused",
     ),
 )
 _BY_KEY = {s.key: s for s in SETTINGS}

@@ -333,6 +333,14 @@ class Host:
             raise
         raw_specs = await process.call("devicehost_resources", timeout)
         specs, problems = resources_from_plain(name, raw_specs, config.plugin_dir)
+        if len(specs) > config.max_resources_per_driver:
+            past = specs[config.max_resources_per_driver :]
+            specs = specs[: config.max_resources_per_driver]
+            problems.append(
+                f"{len(specs) + len(past)} resources, over the limit of "
+                f"{config.max_resources_per_driver} per driver (limits.resourcesPerDriver): "
+                f"{len(past)} refused, from {past[0].name!r} on"
+            )
         tree = self.simulated_root(name)
         if tree is not None:
             specs = [spec_on_node(spec, tree) for spec in specs]
@@ -352,6 +360,7 @@ class Host:
             timeout,
             on_error=self.telemetry.driver_error,
             tree=tree,
+            max_devices=config.max_devices_per_resource,
         )
         self.scanners[name] = scanner
         await scanner.scan_once()

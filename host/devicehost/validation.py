@@ -136,20 +136,31 @@ def devices_from_plain(driver: str, data: Any) -> tuple[list[Device], list[str]]
             "devicehost_enumerate",
             f"returned {type(data).__name__}, expected a list of Device",
         )
-    kept: dict[str, Device] = {}
-    problems: list[str] = []
-    known_edits: dict[str, ContainerEdits] = {}
-    for item in data:
-        try:
-            device = device_from_plain(item, known_edits)
-        except Invalid as exc:
-            problems.append(str(exc))
-            continue
-        if device.id in kept:
-            problems.append(f"device ID {device.id!r} appears more than once")
-            continue
-        kept[device.id] = device
-    return list(kept.values()), problems
+    enumeration = Enumeration()
+    enumeration.add(data)
+    return list(enumeration.kept.values()), enumeration.problems
+
+
+class Enumeration:
+    """The devices of one enumeration, checked a slice at a time (``add``): the scanner
+    yields to the event loop between slices, so a large list never stalls other RPCs."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, Device] = {}
+        self.problems: list[str] = []
+        self._known_edits: dict[str, ContainerEdits] = {}
+
+    def add(self, items: list[Any]) -> None:
+        for item in items:
+            try:
+                device = device_from_plain(item, self._known_edits)
+            except Invalid as exc:
+                self.problems.append(str(exc))
+                continue
+            if device.id in self.kept:
+                self.problems.append(f"device ID {device.id!r} appears more than once")
+                continue
+            self.kept[device.id] = device
 
 
 def spec_from_plain(data: Any, plugin_dir: Path) -> ResourceSpec:

@@ -27,6 +27,7 @@ from devicehost.drivers.protocol import HEADER, ProtocolError, body_length, deco
 from devicehost.drivers.zygote import Child, Prestarted, Zygote, ZygoteError
 from devicehost.errors import (
     DriverError,
+    DriverOverLimit,
     DriverTimeout,
     DriverUnavailable,
     RequestRefused,
@@ -359,6 +360,8 @@ class WorkerProcess:
             raise
         except ValueError as exc:
             raise DriverError(self.driver, hook, f"ValueError: {exc}") from exc
+        except _OverLimit as exc:
+            raise DriverOverLimit(self.driver, hook, str(exc)) from None
         except RuntimeError as exc:
             raise DriverError(self.driver, hook, str(exc)) from None
         except TimeoutError:
@@ -475,7 +478,13 @@ def _error(message: dict[str, Any]) -> Exception:
         return UnknownDevice(str(message.get("resource", "")), str(message.get("device_id", "")))
     if kind == "value":
         return ValueError(text.removeprefix("ValueError: "))
+    if kind == "over_limit":
+        return _OverLimit(text)
     return RuntimeError(text)
+
+
+class _OverLimit(RuntimeError):
+    """The worker's answer was over the channel's limit (it sent this error instead)."""
 
 
 def _level_of(line: str) -> int:

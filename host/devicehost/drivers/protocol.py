@@ -15,7 +15,8 @@ Worker → host:
   {"unavailable": reason} / {"failed": reason}  it could not be loaded
   {"invalid": reason}                           pluggy refused its hooks (a code bug)
   {"result": id, "value": plain}                a hook returned
-  {"error": id, "kind": "error"|"unavailable"|"value"|"refused"|"cancelled", "message": text}
+  {"error": id, "kind": "error"|"unavailable"|"value"|"refused"|"cancelled"|"over_limit",
+   "message": text}                             over_limit: the answer was over MAX_MESSAGE_BYTES
   {"notify": resource}                          a watch hook called ``notify()``
   {"watch_error": resource, "message": text}    a watch hook raised (it is restarted)
 """
@@ -30,8 +31,13 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
 
-#: A message larger than this is a protocol error: the worker is restarted.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: A message larger than this is a protocol error: the worker is restarted. The worker checks
+#: its own answers against it first and sends an ``over_limit`` error instead, so only a
+#: worker that breaks the protocol reaches it. Sized to the pod: JSON of tiny objects
+#: (``[{},{},...]``) decodes to ~25 times its size (8 MiB → 193 MiB measured), so 4 MiB is
+#: ~100 MiB at worst inside the DaemonSet's 256 MiB; it is also the kubelet's own receive
+#: limit, so no single answer the kubelet could read is cut.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 HEADER = struct.Struct(">I")
 
 
