@@ -434,3 +434,42 @@ def test_resources_past_the_per_driver_limit_are_refused_naming_the_limit(
     eventually(lambda: set(names[:3]) <= set(kubelet.registered()))
     assert logged(caplog, "driver 'bad'", "5 resources, over the limit of 3 per driver")
     assert not set(names[3:]) & set(host.host.resources)
+
+
+# -- ownership -------------------------------------------------------------------------------
+
+SHARED = "test.example/shared"
+
+
+@pytest.mark.parametrize("late", ["one", "two"])
+def test_a_resource_two_drivers_declare_is_served_by_neither_in_either_start_order(
+    install, run_host, kubelet, caplog, plugin_dir, late
+):
+    """Drivers 'one' and 'two' both declare test.example/shared, and the driver ``late``
+    answers resources a second after the other (so it claims second): in both orders the
+    name is served by neither, withdrawn from whichever served it first, logged naming
+    both drivers and noted in each one's status; each driver's own resource serves."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    for name in ("one", "two"):
+        install(f"devicehost-{name}", drivers={name: "testdrivers.faulty:Paced"})
+    sections = {
+        name: {
+            "resources": {SHARED: 1, f"test.example/{name}": 1},
+            "prefix": name,
+            "delay": {"devicehost_resources": 1.0} if name == late else {},
+        }
+        for name in ("one", "two")
+    }
+    host = run_host(enabled_drivers=("one", "two"), drivers=sections)
+    eventually(
+        lambda: logged(caplog, f"resource {SHARED!r} is declared by drivers 'one' and 'two'"),
+        timeout=30,
+    )
+    eventually(lambda: SHARED not in host.host.resources)
+    eventually(lambda: not (plugin_dir / "devicehost-test.example_shared.sock").exists())
+    for name in ("one", "two"):
+        own = f"test.example/{name}"
+        kubelet.wait_registered(own)
+        assert kubelet.allocate(own, [[f"{name}-0"]])[0].envs == {"SCRIPTED_DEVICES": f"{name}-0"}
+        info = host.host.drivers[name].info
+        assert any(SHARED in n and "'one' and 'two'" in n for n in info.notes), info.notes

@@ -109,6 +109,8 @@ class Host:
         self.plugins: PluginSet | None = early.plugins if early else None
         self.drivers: dict[str, DriverHandle] = {}
         self.resources: dict[str, Resource] = {}
+        #: resource names two or more drivers declared: name → those drivers; served by none
+        self.contested: dict[str, set[str]] = {}
         self.scanners: dict[str, Scanner] = {}
         self.watcher = DirectoryWatcher(config.plugin_dir)
         self.status_server: StatusServer | None = None
@@ -366,7 +368,9 @@ class Host:
         await scanner.scan_once()
         if self._serving:
             for resource_name in states:
-                self._serve(self.resources[resource_name])
+                resource = self.resources.get(resource_name)
+                if resource is not None and resource.driver is handle:  # not contested since
+                    self._serve(resource)
             if self.node_labels is not None:
                 await self.node_labels.add(handle, states.values())
         # A change between the first snapshot and the watch's own baseline would be missed:
@@ -379,27 +383,17 @@ class Host:
     def _claim(
         self, handle: DriverHandle, specs: list[ResourceSpec], first: bool
     ) -> dict[str, ResourceState]:
-        """The states of the driver's resources; new names are claimed, taken ones refused."""
+        """The states of the driver's resources. A name no other driver declared is
+        claimed; a name two drivers declare is served by neither, whichever came first
+        (``_contest``): ownership never depends on which driver started faster."""
         states: dict[str, ResourceState] = {}
         for spec in specs:
             owner = self.resources.get(spec.name)
             if owner is not None and owner.driver is handle:
                 states[spec.name] = owner.state
                 continue
-            if owner is not None:
-                log.error(
-                    "resource %r is claimed by driver %r (%s) and by driver %r (%s); "
-                    "the first keeps it, the second is refused — disable one of them",
-                    spec.name,
-                    owner.driver.name,
-                    owner.driver.info.distribution,
-                    handle.name,
-                    handle.info.distribution,
-                )
-                handle.info.notes.append(
-                    f"resource {spec.name!r} refused: already served by "
-                    f"{owner.driver.info.distribution}"
-                )
+            if owner is not None or spec.name in self.contested:
+                self._contest(spec.name, handle, owner)
                 continue
             if not first:
                 log.warning(
@@ -425,6 +419,33 @@ class Host:
             self.resources[spec.name] = Resource(spec, handle, state, servicer)
             states[spec.name] = state
         return states
+
+    def _contest(self, name: str, handle: DriverHandle, owner: Resource | None) -> None:
+        """Refuse ``name`` for ``handle`` and for every driver that declared it before,
+        withdrawing it from the one serving it (its socket removed, its streams ended)."""
+        drivers = self.contested.setdefault(name, set())
+        if owner is not None:
+            drivers.add(owner.driver.name)
+            del self.resources[name]
+            owner.state.close()
+            if owner.task is not None:
+                owner.task.cancel()
+        new = handle.name not in drivers  # else a restart of a driver already refused
+        drivers.add(handle.name)
+        names = " and ".join(repr(d) for d in sorted(drivers))
+        if new:
+            log.error(
+                "resource %r is declared by drivers %s; it is served by none of them — "
+                "disable all but one (disabledDrivers) and restart",
+                name,
+                names,
+            )
+        note = f"resource {name!r} refused: declared by drivers {names}"
+        for driver in drivers:
+            info = self.drivers[driver].info if driver in self.drivers else None
+            if info is not None:
+                info.notes = [n for n in info.notes if not n.startswith(f"resource {name!r} ")]
+                info.notes.append(note)
 
     def _serve(self, resource: Resource) -> None:
         if resource.task is not None:

@@ -61,6 +61,8 @@ class Scanner:
 
     async def scan_once(self) -> None:
         for name, state in self.states.items():
+            if state.closed:  # withdrawn (a name another driver declares too)
+                continue
             try:
                 raw = await self.driver.acall("devicehost_enumerate", self.timeout, resource=name)
                 devices, problems = await self._checked(raw)
