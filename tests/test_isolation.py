@@ -473,3 +473,102 @@ def test_a_resource_two_drivers_declare_is_served_by_neither_in_either_start_ord
         assert kubelet.allocate(own, [[f"{name}-0"]])[0].envs == {"SCRIPTED_DEVICES": f"{name}-0"}
         info = host.host.drivers[name].info
         assert any(SHARED in n and "'one' and 'two'" in n for n in info.notes), info.notes
+
+
+# -- the container-edit policy ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "problem"),
+    [
+        pytest.param({"envs": {"LD_PRELOAD": "/x.so"}}, "env 'LD_PRELOAD' is one", id="LD_PRELOAD"),
+        pytest.param({"envs": {"PATH": "/evil"}}, "env 'PATH' is one", id="PATH"),
+        pytest.param({"envs": {"": "v"}}, "env name '' does not match", id="empty-name"),
+        pytest.param({"envs": {"A=B": "v"}}, "env name 'A=B' does not match", id="equals"),
+        pytest.param({"envs": {"A\nB": "v"}}, "does not match", id="newline"),
+        pytest.param(
+            {"mounts": [{"host_path": "/tmp/x", "container_path": "/etc/ld.so.preload"}]},
+            "mount container path '/etc/ld.so.preload' is over /etc/ld.so.preload",
+            id="ld.so.preload",
+        ),
+        pytest.param(
+            {"devices": [{"host_path": "/dev/mem"}]},
+            "device node container path '/dev/mem' is over /dev/mem",
+            id="dev-mem",
+        ),
+        pytest.param(
+            {
+                "mounts": [
+                    {"host_path": "/tmp/x", "container_path": "/proc/sys", "read_only": False}
+                ]
+            },
+            "mount container path '/proc/sys' is over /proc",
+            id="proc",
+        ),
+    ],
+)
+def test_container_edits_against_the_policy_are_refused_naming_the_driver(
+    install, run_host, kubelet, caplog, answer, problem
+):
+    """An allocate answer with a loader or shell variable, an invalid env name, or a path
+    over a sensitive place is refused with INTERNAL naming the driver and the rule broken
+    (nothing reaches the container); the good driver serves meanwhile."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(install, run_host, "testdrivers.faulty:Echo")
+    kubelet.wait_devices(BAD, lambda d: len(d) == 2)
+    scripted_control(host, BAD).answer(answer)
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.allocate(BAD, [["b-0"]])
+    assert refused.value.code() == grpc.StatusCode.INTERNAL
+    assert "driver 'bad'" in refused.value.details()
+    assert problem in refused.value.details(), refused.value.details()
+    good_driver_serves(host, kubelet)
+
+
+def test_an_exception_the_operator_allows_for_a_driver_is_granted_to_it_only(
+    install, run_host, kubelet
+):
+    """containerEdits.allow lists LD_LIBRARY_PATH and /etc/ld.so.conf.d for the bad driver:
+    its allocate answer with them is granted; the same answer from another driver, not
+    listed, is refused."""
+    answer = {
+        "envs": {"LD_LIBRARY_PATH": "/usr/local/vendor/lib"},
+        "mounts": [{"host_path": "/tmp/v.conf", "container_path": "/etc/ld.so.conf.d/v.conf"}],
+    }
+    install("devicehost-allowed", drivers={"allowed": "testdrivers.faulty:Echo"})
+    install("devicehost-other", drivers={"other": "testdrivers.faulty:Echo"})
+    host = run_host(
+        enabled_drivers=("allowed", "other"),
+        drivers={
+            "allowed": {"resources": {GOOD: 1}, "prefix": "g"},
+            "other": {"resources": {BAD: 1}, "prefix": "b"},
+        },
+        edits_allowed={"allowed": ("LD_LIBRARY_PATH", "/etc/ld.so.conf.d")},
+    )
+    kubelet.wait_devices(GOOD, lambda d: len(d) == 1)
+    kubelet.wait_devices(BAD, lambda d: len(d) == 1)
+    scripted_control(host, GOOD).answer(answer)
+    scripted_control(host, BAD).answer(answer)
+    granted = kubelet.allocate(GOOD, [["g-0"]])[0]
+    assert granted.envs["LD_LIBRARY_PATH"] == "/usr/local/vendor/lib"
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.allocate(BAD, [["b-0"]])
+    assert "env 'LD_LIBRARY_PATH' is one" in refused.value.details()
+
+
+def test_a_device_whose_edits_break_the_policy_is_dropped(install, run_host, kubelet, caplog):
+    """A device declaring LD_PRELOAD in its own edits is dropped at enumeration, logged
+    naming the driver and the rule; the driver's other device and the good driver serve."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(install, run_host, SCRIPTED)
+    kubelet.wait_devices(BAD, lambda d: len(d) == 2)
+    scripted_control(host, BAD).set_devices(
+        BAD,
+        [
+            {"id": "b-0", "health": "Healthy", "edits": {"envs": {"LD_PRELOAD": "/x.so"}}},
+            {"id": "b-1", "health": "Healthy", "edits": {"envs": {"VENDOR_DEVICE": "1"}}},
+        ],
+    )
+    kubelet.wait_devices(BAD, lambda d: set(d) == {"b-1"})
+    assert logged(caplog, "driver 'bad'", "env 'LD_PRELOAD' is one", "device dropped")
+    good_driver_serves(host, kubelet)

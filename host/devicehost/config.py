@@ -153,6 +153,24 @@ def _driver_sections(value: Any) -> dict[str, dict[str, Any]]:
     return {str(k): dict(v or {}) for k, v in value.items()}
 
 
+def _allowances(value: Any) -> dict[str, tuple[str, ...]]:
+    """``{driver: [env name or container path, ...]}``: the container-edit policy's
+    exceptions the operator allows each driver (docs/hooks.md)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError("expected a mapping of driver name to a list of env names and paths")
+    allowed: dict[str, tuple[str, ...]] = {}
+    for name, items in value.items():
+        if not isinstance(items, list) or not all(isinstance(i, str) and i for i in items):
+            raise ValueError(
+                f"expected a list of env names and container paths for driver {name!r}, "
+                f"got {_short(items)}"
+            )
+        allowed[str(name)] = tuple(items)
+    return allowed
+
+
 def redact_url(url: str) -> str:
     """``url`` with any ``user:password@`` replaced by ``***@``: an endpoint may carry
     credentials, and logs and printed configs must never show them."""
@@ -208,6 +226,7 @@ class HostConfig:
     cdi_drivers: tuple[str, ...] = ()
     max_devices_per_resource: int = 10_000
     max_resources_per_driver: int = 64
+    edits_allowed: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def kubelet_socket(self) -> Path:
@@ -215,6 +234,11 @@ class HostConfig:
 
     def driver_section(self, name: str) -> Mapping[str, Any]:
         return self.drivers.get(name, {})
+
+    def allowed_edits(self, driver: str) -> frozenset[str]:
+        """The env names and container paths the container-edit policy lets ``driver`` use
+        beyond its defaults (``containerEdits.allow``)."""
+        return frozenset(self.edits_allowed.get(driver, ()))
 
     def to_document(self, redact: bool = False) -> dict[str, Any]:
         """The config as a HostConfig YAML document (what ``devicehost config`` prints,
@@ -231,7 +255,9 @@ class HostConfig:
             elif isinstance(value, tuple):
                 value = list(value)
             elif isinstance(value, Mapping):
-                value = {k: dict(v) for k, v in value.items()}
+                value = {
+                    k: dict(v) if isinstance(v, Mapping) else list(v) for k, v in value.items()
+                }
             node = doc
             *parents, leaf = setting.key.split(".")
             for parent in parents:
@@ -441,6 +467,14 @@ SETTINGS: tuple[Setting, ...] = (
         _count(1, 256),
         "DEVICEHOST_MAX_RESOURCES_PER_DRIVER",
         "a driver declaring more resources has the ones past this refused",
+    ),
+    Setting(
+        "containerEdits.allow",
+        "edits_allowed",
+        _allowances,
+        None,
+        "per driver: env names and container paths the container-edit policy refuses by "
+        "default that this driver may use",
     ),
 )
 _BY_KEY = {s.key: s for s in SETTINGS}

@@ -334,7 +334,9 @@ class Host:
                 raise DriverFinal() from None
             raise
         raw_specs = await process.call("devicehost_resources", timeout)
-        specs, problems = resources_from_plain(name, raw_specs, config.plugin_dir)
+        specs, problems = resources_from_plain(
+            name, raw_specs, config.plugin_dir, config.allowed_edits(name)
+        )
         if len(specs) > config.max_resources_per_driver:
             past = specs[config.max_resources_per_driver :]
             specs = specs[: config.max_resources_per_driver]
@@ -363,6 +365,7 @@ class Host:
             on_error=self.telemetry.driver_error,
             tree=tree,
             max_devices=config.max_devices_per_resource,
+            allowed_edits=config.allowed_edits(name),
         )
         self.scanners[name] = scanner
         await scanner.scan_once()
@@ -415,6 +418,7 @@ class Host:
                 self.policies,
                 cdi,
                 tree=self.simulated_root(handle.name),
+                allowed_edits=self.config.allowed_edits(handle.name),
             )
             self.resources[spec.name] = Resource(spec, handle, state, servicer)
             states[spec.name] = state

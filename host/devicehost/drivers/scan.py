@@ -41,6 +41,7 @@ class Scanner:
         on_change: Callable[[str], None] | None = None,
         tree: Path | None = None,
         max_devices: int = 10_000,
+        allowed_edits: frozenset[str] = frozenset(),
     ) -> None:
         """``tree``: the driver's simulated tree, where its devices' host paths are moved
         (``simulated_paths``); None on a real node."""
@@ -52,6 +53,7 @@ class Scanner:
         self.on_error = on_error
         self.on_change = on_change
         self.max_devices = max_devices
+        self.allowed_edits = allowed_edits
         self._wake = asyncio.Event()
         self._reported: set[str] = set()
 
@@ -110,7 +112,7 @@ class Scanner:
         """``devices_from_plain``, refusing a list over ``max_devices`` whole and checking
         the rest in slices of ``CHECK_SLICE`` with a yield to the event loop between."""
         if not isinstance(raw, list):
-            return devices_from_plain(self.driver.name, raw)
+            return devices_from_plain(self.driver.name, raw, self.allowed_edits)
         if len(raw) > self.max_devices:
             raise DriverOverLimit(
                 self.driver.name,
@@ -118,7 +120,7 @@ class Scanner:
                 f"{len(raw)} devices, over the limit of {self.max_devices} per resource "
                 "(limits.devicesPerResource)",
             )
-        enumeration = Enumeration()
+        enumeration = Enumeration(self.allowed_edits)
         for start in range(0, len(raw), CHECK_SLICE):
             if start:
                 await asyncio.sleep(0)

@@ -151,11 +151,13 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         policies: PolicyChain | None = None,
         cdi: CdiWriter | None = None,
         tree: Path | None = None,
+        allowed_edits: frozenset[str] = frozenset(),
     ) -> None:
         """``tree``: the driver's simulated tree, where its ``allocate`` answers' host
         paths are moved (``simulated_paths``); None on a real node."""
         self.spec = spec
         self.tree = tree
+        self.allowed_edits = allowed_edits
         self.cdi = cdi
         self.resource = spec.name
         self.driver = driver
@@ -362,7 +364,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             span_attributes={tracing.CONTAINER_INDEX: index, tracing.REQUESTED: list(device_ids)},
         )
         try:
-            edits = edits_from_plain(answer)
+            edits = edits_from_plain(answer, self.allowed_edits)
         except Invalid as exc:
             self.telemetry.driver_error(self.driver.name, "devicehost_allocate")
             error = DriverError(
