@@ -25,7 +25,7 @@ import pytest
 
 from devicehost import Device
 from devicehost.drivers.discovery import DriverStatus
-from devicehost.drivers.protocol import MAX_MESSAGE_BYTES
+from devicehost.drivers.protocol import MAX_MESSAGE_BYTES, PART_BYTES, to_plain
 from devicehost.testing import HostThread, KubeletStandIn, write_distribution
 from support import SCRIPTED, UNHURRIED_SECONDS, ScriptedControl, eventually
 from support import scripted as scripted_control
@@ -571,4 +571,19 @@ def test_a_device_whose_edits_break_the_policy_is_dropped(install, run_host, kub
     )
     kubelet.wait_devices(BAD, lambda d: set(d) == {"b-1"})
     assert logged(caplog, "driver 'bad'", "env 'LD_PRELOAD' is one", "device dropped")
+    good_driver_serves(host, kubelet)
+
+
+def test_a_long_enumeration_sent_in_parts_arrives_whole(install, run_host, kubelet):
+    """An enumeration several times PART_BYTES long (4 000 devices with 60-character IDs)
+    crosses the channel in parts and reaches the kubelet whole, in the driver's order; the
+    good driver serves meanwhile."""
+    host = beside_good(install, run_host, SCRIPTED, hook_timeout=30.0)
+    kubelet.wait_devices(BAD, lambda d: len(d) == 2)
+    many = [Device(id=f"b-{i:0>60}") for i in range(4_000)]
+    assert len(json.dumps([to_plain(d) for d in many])) > 3 * PART_BYTES
+    scripted_control(host, BAD).set_devices(BAD, many)
+    listed = kubelet.wait_devices(BAD, lambda d: len(d) == 4_000, timeout=30)
+    assert set(listed) == {d.id for d in many}
+    assert list(host.host.resources[BAD].state.devices) == [d.id for d in many]
     good_driver_serves(host, kubelet)

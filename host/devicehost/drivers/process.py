@@ -23,7 +23,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from devicehost.drivers.plan import early_sequence, worker_argv, worker_environment
-from devicehost.drivers.protocol import HEADER, ProtocolError, body_length, decode, encode
+from devicehost.drivers.protocol import (
+    HEADER,
+    MAX_MESSAGE_BYTES,
+    ProtocolError,
+    body_length,
+    decode,
+    encode,
+)
 from devicehost.drivers.zygote import Child, Prestarted, Zygote, ZygoteError
 from devicehost.errors import (
     DriverError,
@@ -118,6 +125,8 @@ class WorkerProcess:
         self._volunteered: dict[str, Any] = {}
         self._volunteering: asyncio.Future[None] | None = None
         self._stuck: set[int] = set()
+        #: the parts of long list answers received so far: call id → (bytes, items)
+        self._parts: dict[int, tuple[int, list[Any]]] = {}
         self._ids = itertools.count(1)
         self._ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         # Read the outcome even when nobody waits any more (start timed out), so asyncio
@@ -207,14 +216,34 @@ class WorkerProcess:
         try:
             while True:
                 header = await reader.readexactly(HEADER.size)
-                message = decode(await reader.readexactly(body_length(header)))
+                length = body_length(header)
+                message = decode(await reader.readexactly(length))
+                if "part" in message:
+                    self._take_part(message, length)
+                    await asyncio.sleep(0)  # the next part may be buffered: let others run
+                    continue
                 self._dispatch(message)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the worker closed its end: it is exiting
         except ProtocolError as exc:
             await self.kill(f"it broke the channel protocol: {exc}")
 
+    def _take_part(self, message: dict[str, Any], length: int) -> None:
+        """Keep one part of a long list answer until its ``result`` brings the rest."""
+        call_id, items = message.get("part"), message.get("value")
+        if not isinstance(call_id, int) or not isinstance(items, list):
+            raise ProtocolError(f"a part {message!r:.80} is not a call id and a list")
+        size, kept = self._parts.get(call_id, (0, []))
+        if size + length > MAX_MESSAGE_BYTES:
+            raise ProtocolError(f"an answer in parts is over the {MAX_MESSAGE_BYTES}-byte limit")
+        kept.extend(items)
+        self._parts[call_id] = (size + length, kept)
+
     def _dispatch(self, message: dict[str, Any]) -> None:
+        if "result" in message and message.get("result") in self._parts:
+            _, kept = self._parts.pop(message["result"])
+            rest = message.get("value")
+            message = {**message, "value": kept + (rest if isinstance(rest, list) else [rest])}
         if "result" in message or "error" in message:
             call_id = message.get("result", message.get("error"))
             future = self._pending.get(call_id) if isinstance(call_id, int) else None

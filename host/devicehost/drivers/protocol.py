@@ -15,6 +15,8 @@ Worker → host:
   {"unavailable": reason} / {"failed": reason}  it could not be loaded
   {"invalid": reason}                           pluggy refused its hooks (a code bug)
   {"result": id, "value": plain}                a hook returned
+  {"part": id, "value": [...]}                  the first items of a long list answer; its
+                                                "result" carries the rest (``in_parts``)
   {"error": id, "kind": "error"|"unavailable"|"value"|"refused"|"cancelled"|"over_limit",
    "message": text}                             over_limit: the answer was over MAX_MESSAGE_BYTES
   {"notify": resource}                          a watch hook called ``notify()``
@@ -39,6 +41,10 @@ from typing import Any
 #: limit, so no single answer the kubelet could read is cut.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 HEADER = struct.Struct(">I")
+#: A list answer longer than this is sent in parts of about this size: the host decodes one
+#: part at a time and lets its other work run between them, instead of stalling on one
+#: ``json.loads`` of megabytes (measured: docs/reliability.md, "Limits").
+PART_BYTES = 128 * 1024
 
 
 class ProtocolError(Exception):
@@ -65,6 +71,17 @@ def body_length(header: bytes) -> int:
     if length > MAX_MESSAGE_BYTES:
         raise ProtocolError(f"a message of {length} bytes is over the {MAX_MESSAGE_BYTES} limit")
     return int(length)
+
+
+def in_parts(message: dict[str, Any], size: int) -> list[dict[str, Any]]:
+    """A ``result`` message whose list ``value`` encodes to ``size`` bytes, as ``part``
+    messages of about ``PART_BYTES`` each and a last ``result`` with the rest."""
+    items: list[Any] = message["value"]
+    step = max(1, len(items) * PART_BYTES // max(size, 1))
+    starts = range(0, len(items), step)
+    parts = [{"part": message["result"], "value": items[i : i + step]} for i in starts]
+    last = parts.pop() if parts else {"value": []}
+    return [*parts, {**message, "value": last["value"]}]
 
 
 class NotPlain(TypeError):

@@ -34,10 +34,12 @@ from devicehost.drivers.plugin_manager import new_plugin_manager, register
 from devicehost.drivers.protocol import (
     HEADER,
     MAX_MESSAGE_BYTES,
+    PART_BYTES,
     NotPlain,
     body_length,
     decode,
     encode,
+    in_parts,
     to_plain,
 )
 from devicehost.errors import DriverUnavailable, RequestRefused, UnknownDevice
@@ -108,6 +110,8 @@ class Worker:
                     f"channel's {MAX_MESSAGE_BYTES}-byte message limit",
                 }
             )
+        elif len(data) > PART_BYTES and "result" in message and isinstance(message["value"], list):
+            data = b"".join(encode(part) for part in in_parts(message, len(data)))
         with self._send_lock:
             try:
                 self.channel.sendall(data)
