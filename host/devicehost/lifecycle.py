@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from devicehost import profiles
+from devicehost import descriptors, profiles
 from devicehost.compose import PolicyChain
 from devicehost.config import HostConfig
 from devicehost.drivers.discovery import DriverInfo, DriverStatus, PluginSet, load_plugins
@@ -214,6 +214,7 @@ class Host:
         ``START_WAIT_SECONDS``): a driver still starting then goes on in the background.
         """
         self._lock_plugin_dir()
+        descriptors.raise_soft_limit()
         await self._start_status_server()
         self._tasks.append(
             asyncio.create_task(self._count_kubelet_restarts(), name="kubelet-restarts")
@@ -398,6 +399,12 @@ class Host:
             if owner is not None or spec.name in self.contested:
                 self._contest(spec.name, handle, owner)
                 continue
+            unserved = sum(1 for r in self.resources.values() if r.task is None)
+            starved = descriptors.resource_problem(spec.name, unserved)
+            if starved:
+                log.error("driver %r: %s", handle.name, starved)
+                handle.info.notes.append(starved)
+                continue
             if not first:
                 log.warning(
                     "driver %r now reports resource %r, which it did not at start-up; it is "
@@ -545,6 +552,7 @@ class Host:
                 )
         if not self._stopping:
             self.watcher.start(self.use_inotify)
+            descriptors.preload_recovery_modules()  # recovery must never need a descriptor
 
     async def _keep_plugin_dir_locked(self) -> None:
         """Lock the plugin directory again whenever it is created or replaced."""
