@@ -25,6 +25,7 @@ FULL = {
     "allocations": 100_000,
     "idle_seconds": 60.0,
     "stops": 10,
+    "bound_calls": 2000,
 }
 QUICK = {
     "runs": 2,
@@ -36,6 +37,7 @@ QUICK = {
     "allocations": 5_000,
     "idle_seconds": 10.0,
     "stops": 3,
+    "bound_calls": 300,
 }
 
 
@@ -64,6 +66,7 @@ def main() -> None:
         "idle_cpu": lambda ws: benchmarks.idle_cpu(ws, n["idle_seconds"]),
         "stop_time": lambda ws: stop_time(ws, int(n["stops"])),
         "worker_liveness": benchmarks.worker_liveness,
+        "memory_bound": lambda ws: benchmarks.memory_bound(ws, int(n["bound_calls"])),
     }
     for name, run in plan.items():
         if args.only and name not in args.only:

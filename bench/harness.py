@@ -75,6 +75,7 @@ class Workspace:
                 "devicehost.drivers": {
                     "scale": "bench.scale_driver:ScaleDriver",
                     "hang": "bench.hang_driver:HangDriver",
+                    "flood": "bench.flood_driver:FloodDriver",
                 }
             },
         )
@@ -125,7 +126,7 @@ def devicehost_command(plugin_dir: Path, *args: str) -> list[str]:
     ]
 
 
-def minimal_command(plugin_dir: Path, devices: int = 8) -> list[str]:
+def minimal_command(plugin_dir: Path, devices: int = 8, resource: str = "") -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -134,6 +135,7 @@ def minimal_command(plugin_dir: Path, devices: int = 8) -> list[str]:
         str(plugin_dir),
         "--devices",
         str(devices),
+        *(["--resource", resource] if resource else []),
     ]
 
 

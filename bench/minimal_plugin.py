@@ -5,7 +5,10 @@ It serves ``N`` static devices on one socket, registers once per kubelet.sock it
 one env var, and GetPreferredAllocation with the first IDs. It is what devicehost is
 measured against: the cost of Python and grpcio alone.
 
-    python -m bench.minimal_plugin --plugin-dir DIR [--devices N]
+    python -m bench.minimal_plugin --plugin-dir DIR [--devices N] [--resource NAME]
+
+``--resource`` (default ``bench.example/minimal``) names its resource, and its socket after
+it, so several can run side by side as one vendor plugin per resource does today.
 """
 
 from __future__ import annotations
@@ -67,8 +70,12 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return st.st_ino, st.st_ctime_ns
 
 
-async def main(plugin_dir: Path, count: int) -> None:
-    socket, kubelet = plugin_dir / SOCKET, plugin_dir / "kubelet.sock"
+def socket_name(resource: str) -> str:
+    return SOCKET if resource == RESOURCE else resource.replace("/", "_") + ".sock"
+
+
+async def main(plugin_dir: Path, count: int, resource: str = RESOURCE) -> None:
+    socket, kubelet = plugin_dir / socket_name(resource), plugin_dir / "kubelet.sock"
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
@@ -92,8 +99,8 @@ async def main(plugin_dir: Path, count: int) -> None:
                     await pb_grpc.RegistrationStub(channel).Register(
                         pb.RegisterRequest(
                             version="v1beta1",
-                            endpoint=SOCKET,
-                            resource_name=RESOURCE,
+                            endpoint=socket.name,
+                            resource_name=resource,
                             options=pb.DevicePluginOptions(get_preferred_allocation_available=True),
                         ),
                         timeout=5,
@@ -111,5 +118,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--plugin-dir", type=Path, required=True)
     parser.add_argument("--devices", type=int, default=8)
+    parser.add_argument("--resource", default=RESOURCE)
     args = parser.parse_args()
-    asyncio.run(main(args.plugin_dir, args.devices))
+    asyncio.run(main(args.plugin_dir, args.devices, args.resource))

@@ -15,10 +15,12 @@ import itertools
 import logging
 import os
 import random
+import resource as rlimits
 import signal
 import socket
 import stat
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -31,7 +33,7 @@ import pytest
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost.drivers.discovery import DriverStatus
 from devicehost.drivers.process import WORKER_THREADS
-from devicehost.testing import HostThread, KubeletStandIn
+from devicehost.testing import HostThread, KubeletStandIn, write_distribution
 from support import SCRIPTED, eventually, run_scripted
 from support import scripted as scripted_control
 from testdrivers.faulty import MALFORMED_EXTRAS
@@ -782,3 +784,88 @@ def test_an_exception_in_any_host_task_is_logged_counted_and_the_task_restarted(
             lambda: [t for t in asyncio.all_tasks() if t.get_name() == name and not t.done()]
         )
         assert running, f"{name} is not running again"
+
+
+# -- the descriptor budget -------------------------------------------------------------------
+
+
+def _worker_pids(host_pid: int, name: str) -> set[int]:
+    """Pids of processes named ``name`` (a worker's ``dh-<driver>``) below ``host_pid``."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if (entry / "comm").read_text().strip() != name:
+                continue
+            pid = int(entry.name)
+            while pid > 1:
+                stat_fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                pid = int(stat_fields[1])
+                if pid == host_pid:
+                    found.add(int(entry.name))
+                    break
+    return found
+
+
+def test_a_driver_declaring_more_resources_than_descriptors_allow_leaves_the_reserve(
+    tmp_path, plugin_dir, kubelet
+):
+    """Under a 160-descriptor limit (soft and hard), a driver declaring 40 resources gets
+    only those the budget allows (each refused one logged naming the limit), the good
+    driver beside it registers and allocates, and a kill -9 of the good driver's worker is
+    still recovered: the reserve kept for restarts was not eaten by resources."""
+    site = tmp_path / "site"
+    write_distribution(site, "devicehost-good", {"devicehost.drivers": {"good": SCRIPTED}})
+    write_distribution(site, "devicehost-many", {"devicehost.drivers": {"many": PACED}})
+    many = ", ".join(f"'test.example/many{i}': 1" for i in range(40))
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "apiVersion: devicehost/v1\nkind: HostConfig\ndrivers:\n"
+        "  good:\n    resources: {'test.example/good': 2}\n    prefix: g\n"
+        # Its resources answer comes late, so the good driver has claimed its own by then.
+        f"  many:\n    resources: {{{many}}}\n    prefix: m\n"
+        "    delay: {devicehost_resources: 3.0}\n"
+    )
+    log = tmp_path / "devicehost.log"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.path.dirname(__file__)])}
+    limit = (160, 160)
+    command = [
+        *("python", "-m", "devicehost.cli", "run", "--config", str(config)),
+        *("--plugin-dir", str(plugin_dir), "--metrics-address", "", "--root", str(tmp_path)),
+        *("--pod-resources-socket", "", "--drivers", "good,many"),
+    ]
+    command[0] = sys.executable
+    with log.open("w") as out:
+        host = subprocess.Popen(
+            command,
+            env=env,
+            stderr=out,
+            preexec_fn=lambda: rlimits.setrlimit(rlimits.RLIMIT_NOFILE, limit),
+        )
+    try:
+        kubelet.wait_registered("test.example/good", timeout=30)
+        eventually(
+            lambda: "descriptors are open of this process's limit of 160" in log.read_text(), 60
+        )
+        served = [r for r in kubelet.registered() if r.startswith("test.example/many")]
+        assert len(served) < 40
+        assert kubelet.allocate("test.example/good", [["g-0"]])[0].envs == {
+            "SCRIPTED_DEVICES": "g-0"
+        }
+        eventually(lambda: len(_worker_pids(host.pid, "dh-good")) == 1, 30)
+        (old,) = _worker_pids(host.pid, "dh-good")
+        os.kill(old, signal.SIGKILL)
+        eventually(lambda: _worker_pids(host.pid, "dh-good") - {old}, 60)
+        kubelet.wait_devices(
+            "test.example/good", lambda d: {x.health for x in d.values()} == {"Healthy"}, timeout=60
+        )
+        assert kubelet.allocate("test.example/good", [["g-1"]])[0].envs == {
+            "SCRIPTED_DEVICES": "g-1"
+        }
+        host.send_signal(signal.SIGTERM)
+        assert host.wait(timeout=60) == 0
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()

@@ -24,7 +24,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+from devicehost import Device
 from devicehost.drivers.discovery import DriverStatus
+from devicehost.drivers.protocol import MAX_MESSAGE_BYTES, PART_BYTES, to_plain
 from devicehost.testing import HostThread, KubeletStandIn, write_distribution
 from support import SCRIPTED, UNHURRIED_SECONDS, ScriptedControl, eventually
 from support import scripted as scripted_control
@@ -565,3 +567,267 @@ def test_devicehost_drivers_without_a_daemon_shows_a_hung_enumerate_as_hung(tmp_
     assert {d["source"] for d in shown.values()} == {"probe"}
     assert shown["bad"]["hung"] == ["devicehost_enumerate"]
     assert shown["good"]["hung"] == []
+
+
+# -- bounds ----------------------------------------------------------------------------------
+
+
+def test_an_allocate_answer_over_the_kubelets_receive_limit_is_refused_naming_its_size(
+    install, run_host, kubelet, caplog
+):
+    """A driver whose Allocate answer would be over the kubelet's 4 MiB receive limit (two
+    containers of 300 environment values of 8 KiB each: each under the channel's limit) is
+    refused with RESOURCE_EXHAUSTED naming the resource and the size, and the refusal is
+    logged; the good driver serves meanwhile."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(install, run_host, "testdrivers.faulty:Echo")
+    kubelet.wait_devices(BAD, lambda d: len(d) == 2)
+    scripted_control(host, BAD).answer({"envs": {f"BIG_{i}": "x" * 8192 for i in range(300)}})
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.allocate(BAD, [["b-0"], ["b-1"]])
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    details = refused.value.details()
+    assert repr(BAD) in details and "4194304-byte receive limit" in details, details
+    size = re.search(r"the Allocate answer is (\d+) bytes", details)
+    assert size is not None and int(size.group(1)) > 4 * 1024 * 1024, details
+    assert logged(caplog, repr(BAD), f"is {size.group(1)} bytes")
+    good_driver_serves(host, kubelet)
+
+
+def test_an_answer_over_the_channel_limit_is_refused_naming_the_driver_and_limit(
+    install, run_host, kubelet, caplog
+):
+    """An allocate answer over the channel's 4 MiB message limit is refused in the worker
+    (never decoded by the host): INTERNAL naming the driver and the limit; the worker is not
+    restarted, and the good driver serves meanwhile."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(install, run_host, "testdrivers.faulty:Echo")
+    kubelet.wait_devices(BAD, lambda d: len(d) == 2)
+    pid = host.host.drivers["bad"].process.pid
+    scripted_control(host, BAD).answer({"envs": {f"BIG_{i}": "x" * 8192 for i in range(600)}})
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.allocate(BAD, [["b-0"]])
+    assert refused.value.code() == grpc.StatusCode.INTERNAL
+    details = refused.value.details()
+    assert "driver 'bad'" in details and f"{MAX_MESSAGE_BYTES}-byte message limit" in details
+    good_driver_serves(host, kubelet)
+    assert host.host.drivers["bad"].process.pid == pid
+
+
+def test_an_enumeration_over_the_device_limit_is_refused_and_the_last_good_list_stays(
+    install, run_host, kubelet, caplog
+):
+    """A driver that goes from 2 devices to 8 under limits.devicesPerResource 5 has the new
+    list refused whole, logged naming the driver and the limit; the kubelet keeps the last
+    good list (2 devices, Healthy), and the good driver serves meanwhile."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(install, run_host, SCRIPTED, max_devices_per_resource=5)
+    kubelet.wait_devices(BAD, lambda d: set(d) == {"b-0", "b-1"})
+    bad = scripted_control(host, BAD)
+    bad.set_devices(BAD, [Device(id=f"b-{i}") for i in range(8)])
+    eventually(
+        lambda: logged(caplog, "driver 'bad'", "8 devices, over the limit of 5 per resource"),
+        timeout=15,
+    )
+    assert logged(caplog, repr(BAD), "last good list", "stays in force")
+    good_driver_serves(host, kubelet)
+    assert kubelet.health(BAD) == {"b-0": "Healthy", "b-1": "Healthy"}
+
+
+def test_an_enumeration_over_the_channel_limit_keeps_the_last_good_list(
+    install, run_host, kubelet, caplog
+):
+    """An enumeration whose answer is over the channel's 4 MiB limit (40 000 devices with
+    long IDs) is refused in the worker, logged naming the driver and the limit; the last
+    good list stays, and the good driver serves meanwhile."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(
+        install, run_host, SCRIPTED, max_devices_per_resource=100_000, hook_timeout=30.0
+    )
+    kubelet.wait_devices(BAD, lambda d: set(d) == {"b-0", "b-1"})
+    many = [Device(id=f"b-{i:0>60}") for i in range(40_000)]
+    scripted_control(host, BAD).set_devices(BAD, many)
+    eventually(
+        lambda: logged(caplog, "driver 'bad'", f"{MAX_MESSAGE_BYTES}-byte message limit"),
+        timeout=30,
+    )
+    good_driver_serves(host, kubelet)
+    assert kubelet.health(BAD) == {"b-0": "Healthy", "b-1": "Healthy"}
+
+
+def test_resources_past_the_per_driver_limit_are_refused_naming_the_limit(
+    install, run_host, kubelet, caplog
+):
+    """A driver declaring 5 resources under limits.resourcesPerDriver 3 has the first 3
+    served and the rest refused, logged naming the driver and the limit; the good driver
+    serves."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    install("devicehost-good", drivers={"good": SCRIPTED})
+    install("devicehost-bad", drivers={"bad": SCRIPTED})
+    names = [f"test.example/bad{i}" for i in range(5)]
+    host = run_host(
+        enabled_drivers=("good", "bad"),
+        drivers={
+            "good": {"resources": {GOOD: 2}, "prefix": "g"},
+            "bad": {"resources": dict.fromkeys(names, 1), "prefix": "b"},
+        },
+        max_resources_per_driver=3,
+        **TIMEOUTS,
+    )
+    good_driver_serves(host, kubelet)
+    eventually(lambda: set(names[:3]) <= set(kubelet.registered()))
+    assert logged(caplog, "driver 'bad'", "5 resources, over the limit of 3 per driver")
+    assert not set(names[3:]) & set(host.host.resources)
+
+
+# -- ownership -------------------------------------------------------------------------------
+
+SHARED = "test.example/shared"
+
+
+@pytest.mark.parametrize("late", ["one", "two"])
+def test_a_resource_two_drivers_declare_is_served_by_neither_in_either_start_order(
+    install, run_host, kubelet, caplog, plugin_dir, late
+):
+    """Drivers 'one' and 'two' both declare test.example/shared, and the driver ``late``
+    answers resources a second after the other (so it claims second): in both orders the
+    name is served by neither, withdrawn from whichever served it first, logged naming
+    both drivers and noted in each one's status; each driver's own resource serves."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    for name in ("one", "two"):
+        install(f"devicehost-{name}", drivers={name: "testdrivers.faulty:Paced"})
+    sections = {
+        name: {
+            "resources": {SHARED: 1, f"test.example/{name}": 1},
+            "prefix": name,
+            "delay": {"devicehost_resources": 1.0} if name == late else {},
+        }
+        for name in ("one", "two")
+    }
+    host = run_host(enabled_drivers=("one", "two"), drivers=sections)
+    eventually(
+        lambda: logged(caplog, f"resource {SHARED!r} is declared by drivers 'one' and 'two'"),
+        timeout=30,
+    )
+    eventually(lambda: SHARED not in host.host.resources)
+    eventually(lambda: not (plugin_dir / "devicehost-test.example_shared.sock").exists())
+    for name in ("one", "two"):
+        own = f"test.example/{name}"
+        kubelet.wait_registered(own)
+        assert kubelet.allocate(own, [[f"{name}-0"]])[0].envs == {"SCRIPTED_DEVICES": f"{name}-0"}
+        info = host.host.drivers[name].info
+        assert any(SHARED in n and "'one' and 'two'" in n for n in info.notes), info.notes
+
+
+# -- the container-edit policy ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "problem"),
+    [
+        pytest.param({"envs": {"LD_PRELOAD": "/x.so"}}, "env 'LD_PRELOAD' is one", id="LD_PRELOAD"),
+        pytest.param({"envs": {"PATH": "/evil"}}, "env 'PATH' is one", id="PATH"),
+        pytest.param({"envs": {"": "v"}}, "env name '' does not match", id="empty-name"),
+        pytest.param({"envs": {"A=B": "v"}}, "env name 'A=B' does not match", id="equals"),
+        pytest.param({"envs": {"A\nB": "v"}}, "does not match", id="newline"),
+        pytest.param(
+            {"mounts": [{"host_path": "/tmp/x", "container_path": "/etc/ld.so.preload"}]},
+            "mount container path '/etc/ld.so.preload' is over /etc/ld.so.preload",
+            id="ld.so.preload",
+        ),
+        pytest.param(
+            {"devices": [{"host_path": "/dev/mem"}]},
+            "device node container path '/dev/mem' is over /dev/mem",
+            id="dev-mem",
+        ),
+        pytest.param(
+            {
+                "mounts": [
+                    {"host_path": "/tmp/x", "container_path": "/proc/sys", "read_only": False}
+                ]
+            },
+            "mount container path '/proc/sys' is over /proc",
+            id="proc",
+        ),
+    ],
+)
+def test_container_edits_against_the_policy_are_refused_naming_the_driver(
+    install, run_host, kubelet, caplog, answer, problem
+):
+    """An allocate answer with a loader or shell variable, an invalid env name, or a path
+    over a sensitive place is refused with INTERNAL naming the driver and the rule broken
+    (nothing reaches the container); the good driver serves meanwhile."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(install, run_host, "testdrivers.faulty:Echo")
+    kubelet.wait_devices(BAD, lambda d: len(d) == 2)
+    scripted_control(host, BAD).answer(answer)
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.allocate(BAD, [["b-0"]])
+    assert refused.value.code() == grpc.StatusCode.INTERNAL
+    assert "driver 'bad'" in refused.value.details()
+    assert problem in refused.value.details(), refused.value.details()
+    good_driver_serves(host, kubelet)
+
+
+def test_an_exception_the_operator_allows_for_a_driver_is_granted_to_it_only(
+    install, run_host, kubelet
+):
+    """containerEdits.allow lists LD_LIBRARY_PATH and /etc/ld.so.conf.d for the bad driver:
+    its allocate answer with them is granted; the same answer from another driver, not
+    listed, is refused."""
+    answer = {
+        "envs": {"LD_LIBRARY_PATH": "/usr/local/vendor/lib"},
+        "mounts": [{"host_path": "/tmp/v.conf", "container_path": "/etc/ld.so.conf.d/v.conf"}],
+    }
+    install("devicehost-allowed", drivers={"allowed": "testdrivers.faulty:Echo"})
+    install("devicehost-other", drivers={"other": "testdrivers.faulty:Echo"})
+    host = run_host(
+        enabled_drivers=("allowed", "other"),
+        drivers={
+            "allowed": {"resources": {GOOD: 1}, "prefix": "g"},
+            "other": {"resources": {BAD: 1}, "prefix": "b"},
+        },
+        edits_allowed={"allowed": ("LD_LIBRARY_PATH", "/etc/ld.so.conf.d")},
+    )
+    kubelet.wait_devices(GOOD, lambda d: len(d) == 1)
+    kubelet.wait_devices(BAD, lambda d: len(d) == 1)
+    scripted_control(host, GOOD).answer(answer)
+    scripted_control(host, BAD).answer(answer)
+    granted = kubelet.allocate(GOOD, [["g-0"]])[0]
+    assert granted.envs["LD_LIBRARY_PATH"] == "/usr/local/vendor/lib"
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.allocate(BAD, [["b-0"]])
+    assert "env 'LD_LIBRARY_PATH' is one" in refused.value.details()
+
+
+def test_a_device_whose_edits_break_the_policy_is_dropped(install, run_host, kubelet, caplog):
+    """A device declaring LD_PRELOAD in its own edits is dropped at enumeration, logged
+    naming the driver and the rule; the driver's other device and the good driver serve."""
+    caplog.set_level(logging.INFO, logger="devicehost")
+    host = beside_good(install, run_host, SCRIPTED)
+    kubelet.wait_devices(BAD, lambda d: len(d) == 2)
+    scripted_control(host, BAD).set_devices(
+        BAD,
+        [
+            {"id": "b-0", "health": "Healthy", "edits": {"envs": {"LD_PRELOAD": "/x.so"}}},
+            {"id": "b-1", "health": "Healthy", "edits": {"envs": {"VENDOR_DEVICE": "1"}}},
+        ],
+    )
+    kubelet.wait_devices(BAD, lambda d: set(d) == {"b-1"})
+    assert logged(caplog, "driver 'bad'", "env 'LD_PRELOAD' is one", "device dropped")
+    good_driver_serves(host, kubelet)
+
+
+def test_a_long_enumeration_sent_in_parts_arrives_whole(install, run_host, kubelet):
+    """An enumeration several times PART_BYTES long (4 000 devices with 60-character IDs)
+    crosses the channel in parts and reaches the kubelet whole, in the driver's order; the
+    good driver serves meanwhile."""
+    host = beside_good(install, run_host, SCRIPTED, hook_timeout=30.0)
+    kubelet.wait_devices(BAD, lambda d: len(d) == 2)
+    many = [Device(id=f"b-{i:0>60}") for i in range(4_000)]
+    assert len(json.dumps([to_plain(d) for d in many])) > 3 * PART_BYTES
+    scripted_control(host, BAD).set_devices(BAD, many)
+    listed = kubelet.wait_devices(BAD, lambda d: len(d) == 4_000, timeout=30)
+    assert set(listed) == {d.id for d in many}
+    assert list(host.host.resources[BAD].state.devices) == [d.id for d in many]
+    good_driver_serves(host, kubelet)

@@ -221,26 +221,6 @@ def test_a_hung_driver_does_not_hold_back_the_restart_watch(install, host_config
         thread.stop()
 
 
-def test_same_resource_from_two_drivers_refuses_the_second(install, run_host, kubelet, caplog):
-    """Drivers come up concurrently: the first to claim a resource serves it, the second is
-    refused with both distributions named in the log and in its notes."""
-    caplog.set_level(logging.ERROR, logger="devicehost")
-    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
-    install("devicehost-beta", drivers={"beta": SCRIPTED})
-    host = run_host(
-        enabled_drivers=("alpha", "beta"), drivers={"alpha": section(), "beta": section(prefix="b")}
-    )
-    owner = host.host.resources[RES].driver.name
-    loser = {"alpha": "beta", "beta": "alpha"}[owner]
-    message = next(r.getMessage() for r in caplog.records if "claimed by" in r.getMessage())
-    assert "devicehost-alpha" in message and "devicehost-beta" in message
-    notes = next(i.notes for i in host.host.plugins.infos if i.name == loser)
-    assert f"resource {RES!r} refused: already served by devicehost-{owner}" in notes
-    kubelet.wait_registered(RES)
-    ids = ["dev-0", "dev-1"] if owner == "alpha" else ["b-0", "b-1"]
-    kubelet.wait_devices(RES, lambda d: sorted(d) == ids)
-
-
 def test_stale_socket_and_planted_symlink_are_replaced(install, run_host, kubelet, tmp_path):
     """A symlink planted at our socket path is removed, not followed: its target survives."""
     install("devicehost-alpha", drivers={"alpha": SCRIPTED})

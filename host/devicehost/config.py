@@ -57,6 +57,20 @@ def _positive_float(value: Any) -> float:
     return number
 
 
+def _count(low: int, high: int) -> Callable[[Any], int]:
+    """A parser of a whole number from ``low`` to ``high`` (a limit: docs/reliability.md)."""
+
+    def parse(value: Any) -> int:
+        if type(value) is not int and not (isinstance(value, str) and value.isdigit()):
+            raise ValueError(f"expected a whole number from {low} to {high}, got {_short(value)}")
+        number = int(value)
+        if not low <= number <= high:
+            raise ValueError(f"expected a whole number from {low} to {high}, got {number}")
+        return number
+
+    return parse
+
+
 def _path(value: Any) -> Path:
     if not isinstance(value, str | Path) or not str(value) or "\x00" in str(value):
         raise ValueError(f"expected a path, got {value!r}")
@@ -159,6 +173,24 @@ def _driver_sections(value: Any) -> dict[str, dict[str, Any]]:
     return {str(k): dict(v or {}) for k, v in value.items()}
 
 
+def _allowances(value: Any) -> dict[str, tuple[str, ...]]:
+    """``{driver: [env name or container path, ...]}``: the container-edit policy's
+    exceptions the operator allows each driver (docs/hooks.md)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError("expected a mapping of driver name to a list of env names and paths")
+    allowed: dict[str, tuple[str, ...]] = {}
+    for name, items in value.items():
+        if not isinstance(items, list) or not all(isinstance(i, str) and i for i in items):
+            raise ValueError(
+                f"expected a list of env names and container paths for driver {name!r}, "
+                f"got {_short(items)}"
+            )
+        allowed[str(name)] = tuple(items)
+    return allowed
+
+
 def redact_url(url: str) -> str:
     """``url`` with any ``user:password@`` replaced by ``***@``: an endpoint may carry
     credentials, and logs and printed configs must never show them."""
@@ -215,6 +247,9 @@ class HostConfig:
     #: setting key → where its value came from (the file, ``env X`` or ``flag --x``), for
     #: errors found after loading (a driver name no installed driver has); a default has none
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    max_devices_per_resource: int = 10_000
+    max_resources_per_driver: int = 64
+    edits_allowed: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def kubelet_socket(self) -> Path:
@@ -229,6 +264,11 @@ class HostConfig:
         while key not in self.sources and "." in key:
             key = key.rpartition(".")[0]
         return self.sources.get(key, "config")
+
+    def allowed_edits(self, driver: str) -> frozenset[str]:
+        """The env names and container paths the container-edit policy lets ``driver`` use
+        beyond its defaults (``containerEdits.allow``)."""
+        return frozenset(self.edits_allowed.get(driver, ()))
 
     def to_document(self, redact: bool = False) -> dict[str, Any]:
         """The config as a HostConfig YAML document (what ``devicehost config`` prints,
@@ -245,7 +285,9 @@ class HostConfig:
             elif isinstance(value, tuple):
                 value = list(value)
             elif isinstance(value, Mapping):
-                value = {k: dict(v) for k, v in value.items()}
+                value = {
+                    k: dict(v) if isinstance(v, Mapping) else list(v) for k, v in value.items()
+                }
             node = doc
             *parents, leaf = setting.key.split(".")
             for parent in parents:
@@ -441,6 +483,28 @@ SETTINGS: tuple[Setting, ...] = (
         _name_list,
         "DEVICEHOST_CDI_DRIVERS",
         "with cdi.enabled: only these drivers' resources use CDI (empty: every driver)",
+    ),
+    Setting(
+        "limits.devicesPerResource",
+        "max_devices_per_resource",
+        _count(1, 100_000),
+        "DEVICEHOST_MAX_DEVICES_PER_RESOURCE",
+        "a resource enumerated with more devices is refused whole; its last good list stays",
+    ),
+    Setting(
+        "limits.resourcesPerDriver",
+        "max_resources_per_driver",
+        _count(1, 256),
+        "DEVICEHOST_MAX_RESOURCES_PER_DRIVER",
+        "a driver declaring more resources has the ones past this refused",
+    ),
+    Setting(
+        "containerEdits.allow",
+        "edits_allowed",
+        _allowances,
+        None,
+        "per driver: env names and container paths the container-edit policy refuses by "
+        "default that this driver may use",
     ),
 )
 _BY_KEY = {s.key: s for s in SETTINGS}

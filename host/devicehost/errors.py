@@ -50,6 +50,13 @@ class DriverError(DevicehostError):
         super().__init__(f"driver {driver!r}, hook {hook}: {message}")
 
 
+class DriverOverLimit(DriverError):
+    """A driver sent more than one of the host's limits allows (docs/reliability.md, "Limits").
+
+    The data is refused whole, naming the driver and the limit; the resource's last good
+    snapshot stays in force, since nothing says its devices went away."""
+
+
 class DriverTimeout(DriverError):
     """A driver hook did not return within its timeout (config ``hookTimeoutSeconds``).
 

@@ -83,7 +83,7 @@ def devicehost_resources() -> Sequence[ResourceSpec]:
 
     Called once after ``configure``. An empty sequence means "nothing here" and is
     normal on a heterogeneous fleet. Each resource gets its own socket and registration.
-    A resource name already claimed by another driver is refused.
+    A resource name another driver declares too is served by neither (docs/operating.md).
     """
 
 

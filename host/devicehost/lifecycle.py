@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from devicehost import profiles, supervision
+from devicehost import descriptors, profiles, supervision
 from devicehost.compose import PolicyChain
 from devicehost.config import HostConfig
 from devicehost.drivers.discovery import DriverInfo, DriverStatus, PluginSet, load_plugins
@@ -112,6 +112,8 @@ class Host:
         self.plugins: PluginSet | None = early.plugins if early else None
         self.drivers: dict[str, DriverHandle] = {}
         self.resources: dict[str, Resource] = {}
+        #: resource names two or more drivers declared: name → those drivers; served by none
+        self.contested: dict[str, set[str]] = {}
         self.scanners: dict[str, Scanner] = {}
         self.watcher = DirectoryWatcher(
             config.plugin_dir, on_task_restart=self.telemetry.task_restarted
@@ -262,6 +264,7 @@ class Host:
         """
         self._make_plugin_dir()
         self._lock_plugin_dir()
+        descriptors.raise_soft_limit()
         await self._start_status_server()
         self._tasks.append(self._supervised("kubelet-restarts", self._count_kubelet_restarts))
         self._tasks.append(self._supervised("plugin-dir-lock", self._keep_plugin_dir_locked))
@@ -391,7 +394,17 @@ class Host:
                 raise DriverFinal() from None
             raise
         raw_specs = await process.call("devicehost_resources", timeout)
-        specs, problems = resources_from_plain(name, raw_specs, config.plugin_dir)
+        specs, problems = resources_from_plain(
+            name, raw_specs, config.plugin_dir, config.allowed_edits(name)
+        )
+        if len(specs) > config.max_resources_per_driver:
+            past = specs[config.max_resources_per_driver :]
+            specs = specs[: config.max_resources_per_driver]
+            problems.append(
+                f"{len(specs) + len(past)} resources, over the limit of "
+                f"{config.max_resources_per_driver} per driver (limits.resourcesPerDriver): "
+                f"{len(past)} refused, from {past[0].name!r} on"
+            )
         tree = self.simulated_root(name)
         if tree is not None:
             specs = [spec_on_node(spec, tree) for spec in specs]
@@ -411,12 +424,16 @@ class Host:
             timeout,
             on_error=self.telemetry.driver_error,
             tree=tree,
+            max_devices=config.max_devices_per_resource,
+            allowed_edits=config.allowed_edits(name),
         )
         self.scanners[name] = scanner
         await scanner.scan_once()
         if self._serving:
             for resource_name in states:
-                self._serve(self.resources[resource_name])
+                resource = self.resources.get(resource_name)
+                if resource is not None and resource.driver is handle:  # not contested since
+                    self._serve(resource)
             if self.node_labels is not None:
                 await self.node_labels.add(handle, states.values())
         # A change between the first snapshot and the watch's own baseline would be missed:
@@ -429,27 +446,23 @@ class Host:
     def _claim(
         self, handle: DriverHandle, specs: list[ResourceSpec], first: bool
     ) -> dict[str, ResourceState]:
-        """The states of the driver's resources; new names are claimed, taken ones refused."""
+        """The states of the driver's resources. A name no other driver declared is
+        claimed; a name two drivers declare is served by neither, whichever came first
+        (``_contest``): ownership never depends on which driver started faster."""
         states: dict[str, ResourceState] = {}
         for spec in specs:
             owner = self.resources.get(spec.name)
             if owner is not None and owner.driver is handle:
                 states[spec.name] = owner.state
                 continue
-            if owner is not None:
-                log.error(
-                    "resource %r is claimed by driver %r (%s) and by driver %r (%s); "
-                    "the first keeps it, the second is refused — disable one of them",
-                    spec.name,
-                    owner.driver.name,
-                    owner.driver.info.distribution,
-                    handle.name,
-                    handle.info.distribution,
-                )
-                handle.info.notes.append(
-                    f"resource {spec.name!r} refused: already served by "
-                    f"{owner.driver.info.distribution}"
-                )
+            if owner is not None or spec.name in self.contested:
+                self._contest(spec.name, handle, owner)
+                continue
+            unserved = sum(1 for r in self.resources.values() if r.task is None)
+            starved = descriptors.resource_problem(spec.name, unserved)
+            if starved:
+                log.error("driver %r: %s", handle.name, starved)
+                handle.info.notes.append(starved)
                 continue
             if not first:
                 log.warning(
@@ -471,10 +484,38 @@ class Host:
                 self.policies,
                 cdi,
                 tree=self.simulated_root(handle.name),
+                allowed_edits=self.config.allowed_edits(handle.name),
             )
             self.resources[spec.name] = Resource(spec, handle, state, servicer)
             states[spec.name] = state
         return states
+
+    def _contest(self, name: str, handle: DriverHandle, owner: Resource | None) -> None:
+        """Refuse ``name`` for ``handle`` and for every driver that declared it before,
+        withdrawing it from the one serving it (its socket removed, its streams ended)."""
+        drivers = self.contested.setdefault(name, set())
+        if owner is not None:
+            drivers.add(owner.driver.name)
+            del self.resources[name]
+            owner.state.close()
+            if owner.task is not None:
+                owner.task.cancel()
+        new = handle.name not in drivers  # else a restart of a driver already refused
+        drivers.add(handle.name)
+        names = " and ".join(repr(d) for d in sorted(drivers))
+        if new:
+            log.error(
+                "resource %r is declared by drivers %s; it is served by none of them — "
+                "disable all but one (disabledDrivers) and restart",
+                name,
+                names,
+            )
+        note = f"resource {name!r} refused: declared by drivers {names}"
+        for driver in drivers:
+            info = self.drivers[driver].info if driver in self.drivers else None
+            if info is not None:
+                info.notes = [n for n in info.notes if not n.startswith(f"resource {name!r} ")]
+                info.notes.append(note)
 
     def _serve(self, resource: Resource) -> None:
         if resource.task is not None:
@@ -586,6 +627,7 @@ class Host:
                 )
         if not self._stopping:
             self.watcher.start(self.use_inotify)
+            descriptors.preload_recovery_modules()  # recovery must never need a descriptor
 
     async def _keep_plugin_dir_locked(self) -> None:
         """Lock the plugin directory again whenever it is created or replaced."""

@@ -10,10 +10,11 @@ is a ``DriverError`` naming the driver and hook.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
+from devicehost.edit_policy import edits_problem
 from devicehost.errors import DriverError
 from devicehost.kubelet.plugin_dir import MAX_SOCKET_PATH_BYTES
 from devicehost.model import (
@@ -58,10 +59,20 @@ def _list(data: Any, what: str) -> list[Any]:
     return data
 
 
-def edits_from_plain(data: Any) -> ContainerEdits:
-    """Container edits from ``{"envs", "mounts", "devices", "annotations", "cdi_devices"}``."""
+def edits_from_plain(data: Any, allowed: Collection[str] = ()) -> ContainerEdits:
+    """Container edits from ``{"envs", "mounts", "devices", "annotations", "cdi_devices"}``,
+    checked against the container-edit policy (``edit_policy``; ``allowed``: the exceptions
+    the operator allows this driver)."""
     if data is None:
         return ContainerEdits()
+    edits = _edits_from_plain(data)
+    problem = edits_problem(edits, allowed)
+    if problem:
+        raise Invalid(problem)
+    return edits
+
+
+def _edits_from_plain(data: Any) -> ContainerEdits:
     data = _mapping(data, "edits")
     try:
         mounts = tuple(
@@ -93,7 +104,11 @@ def edits_from_plain(data: Any) -> ContainerEdits:
         raise Invalid(str(exc)) from None
 
 
-def device_from_plain(data: Any, known_edits: dict[str, ContainerEdits] | None = None) -> Device:
+def device_from_plain(
+    data: Any,
+    known_edits: dict[str, ContainerEdits] | None = None,
+    allowed: Collection[str] = (),
+) -> Device:
     """One device, or ``Invalid`` saying why it cannot be sent to the kubelet.
 
     ``known_edits``: edits already built in this snapshot, by their text: devices of a
@@ -122,13 +137,15 @@ def device_from_plain(data: Any, known_edits: dict[str, ContainerEdits] | None =
     edits = known.get(key := repr(plain))
     if edits is None:
         try:
-            edits = known[key] = edits_from_plain(plain)
+            edits = known[key] = edits_from_plain(plain, allowed)
         except Invalid as exc:
             raise Invalid(f"device {device_id!r}: {exc}") from None
     return Device(id=device_id, health=health, numa_nodes=tuple(numa), edits=edits)
 
 
-def devices_from_plain(driver: str, data: Any) -> tuple[list[Device], list[str]]:
+def devices_from_plain(
+    driver: str, data: Any, allowed: Collection[str] = ()
+) -> tuple[list[Device], list[str]]:
     """The valid, unique devices of an enumeration, and the problem of each one dropped."""
     if not isinstance(data, list):
         raise DriverError(
@@ -136,23 +153,35 @@ def devices_from_plain(driver: str, data: Any) -> tuple[list[Device], list[str]]
             "devicehost_enumerate",
             f"returned {type(data).__name__}, expected a list of Device",
         )
-    kept: dict[str, Device] = {}
-    problems: list[str] = []
-    known_edits: dict[str, ContainerEdits] = {}
-    for item in data:
-        try:
-            device = device_from_plain(item, known_edits)
-        except Invalid as exc:
-            problems.append(str(exc))
-            continue
-        if device.id in kept:
-            problems.append(f"device ID {device.id!r} appears more than once")
-            continue
-        kept[device.id] = device
-    return list(kept.values()), problems
+    enumeration = Enumeration(allowed)
+    enumeration.add(data)
+    return list(enumeration.kept.values()), enumeration.problems
 
 
-def spec_from_plain(data: Any, plugin_dir: Path) -> ResourceSpec:
+class Enumeration:
+    """The devices of one enumeration, checked a slice at a time (``add``): the scanner
+    yields to the event loop between slices, so a large list never stalls other RPCs."""
+
+    def __init__(self, allowed: Collection[str] = ()) -> None:
+        self.allowed = allowed
+        self.kept: dict[str, Device] = {}
+        self.problems: list[str] = []
+        self._known_edits: dict[str, ContainerEdits] = {}
+
+    def add(self, items: list[Any]) -> None:
+        for item in items:
+            try:
+                device = device_from_plain(item, self._known_edits, self.allowed)
+            except Invalid as exc:
+                self.problems.append(str(exc))
+                continue
+            if device.id in self.kept:
+                self.problems.append(f"device ID {device.id!r} appears more than once")
+                continue
+            self.kept[device.id] = device
+
+
+def spec_from_plain(data: Any, plugin_dir: Path, allowed: Collection[str] = ()) -> ResourceSpec:
     """One resource, checked for its name and for a socket path the kernel can bind."""
     data = _mapping(data, "resource")
     name = data.get("name")
@@ -161,7 +190,7 @@ def spec_from_plain(data: Any, plugin_dir: Path) -> ResourceSpec:
     try:
         spec = ResourceSpec(
             name=name,
-            edits=edits_from_plain(data.get("edits")),
+            edits=edits_from_plain(data.get("edits"), allowed),
             joined_envs=tuple(_list(data.get("joined_envs", []), "joined_envs")),
         )
     except ValueError as exc:
@@ -219,7 +248,7 @@ def choice_from_plain(data: Any) -> list[str] | None:
 
 
 def resources_from_plain(
-    driver: str, data: Any, plugin_dir: Path
+    driver: str, data: Any, plugin_dir: Path, allowed: Collection[str] = ()
 ) -> tuple[list[ResourceSpec], list[str]]:
     """The driver's valid resources, and the problem of each one refused."""
     if data is None:
@@ -234,7 +263,7 @@ def resources_from_plain(
     problems: list[str] = []
     for item in data:
         try:
-            specs.append(spec_from_plain(item, plugin_dir))
+            specs.append(spec_from_plain(item, plugin_dir, allowed))
         except Invalid as exc:
             problems.append(str(exc))
     return specs, problems

@@ -55,6 +55,7 @@ class Selectors:
     device_ids: tuple[str, ...] = ()
     drivers: tuple[str, ...] = ()
     if_names: tuple[str, ...] = ()
+    pf_names: tuple[str, ...] = ()
     link_types: tuple[str, ...] = ()
     pci_addresses: tuple[str, ...] = ()
     function_types: tuple[str, ...] = ()
@@ -180,6 +181,7 @@ _SELECTOR_KEYS: tuple[tuple[str, str, Callable[[str, Any], str]], ...] = (
     ("deviceIDs", "device_ids", _hex),
     ("drivers", "drivers", _string),
     ("ifNames", "if_names", _string),
+    ("pfNames", "pf_names", _string),
     ("linkTypes", "link_types", _link_type),
     ("pciAddresses", "pci_addresses", _pci_address),
     ("functionTypes", "function_types", _function_type),

@@ -158,6 +158,7 @@ def _function_fields(root: Path, address: str, devices_dir: Path) -> dict[str, A
         "pci_path": _ancestry(devices_dir, function_dir),
         "physfn": _link_name(function_dir / "physfn"),
         "netdevs": tuple(p.name for p in _entries(function_dir / "net")),
+        "pf_netdevs": tuple(p.name for p in _entries(function_dir / "physfn" / "net")),
     }
 
 

@@ -96,6 +96,9 @@ class Hca:
     pci_path: tuple[str, ...] = ()
     physfn: str | None = None
     netdevs: tuple[str, ...] = ()
+    #: a VF's PF's network interfaces (``<fn>/physfn/net``): on the host whatever
+    #: namespace the VF itself is in
+    pf_netdevs: tuple[str, ...] = ()
     ports: tuple[Port, ...] = ()
     char_devices: tuple[str, ...] = ()
 

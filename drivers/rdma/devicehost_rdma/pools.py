@@ -18,6 +18,10 @@ _OFFERS: dict[str, Callable[[Hca], tuple[str, ...]]] = {
     "deviceIDs": lambda h: (h.device_id,) if h.device_id else (),
     "drivers": lambda h: (h.driver,) if h.driver else (),
     "ifNames": lambda h: h.netdevs,
+    # The SR-IOV network device plugin's pfNames (README, "Config parameters"): a VF by
+    # its PF's interface, which stays on the host when the VF's own netdev moves into a
+    # pod, so a VF pool keeps every VF at a start where some are already inside pods.
+    "pfNames": lambda h: h.pf_netdevs if h.is_vf else h.netdevs,
     "linkTypes": lambda h: h.link_layers,
     "pciAddresses": lambda h: (h.pci_address,) if h.pci_address else (),
     "functionTypes": lambda h: ("vf",) if h.is_vf else ("pf",),

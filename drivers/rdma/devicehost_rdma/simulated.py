@@ -390,11 +390,16 @@ def eight_hca_node(root: FakeRoot | Path | str, *, netns_mode: str = "Y") -> Sim
 
 
 def sriov_hca(
-    root: FakeRoot | Path | str, *, vfs: int = 4, link_layer: str = ETHERNET, numa_node: int = 0
+    root: FakeRoot | Path | str,
+    *,
+    vfs: int = 4,
+    link_layer: str = ETHERNET,
+    numa_node: int = 0,
+    netns_mode: str = "Y",
 ) -> list[str]:
     """One ConnectX-5 PF with ``vfs`` SR-IOV VFs, each its own RDMA device. Returns the
     names, PF first."""
-    node = SimulatedNode(root)
+    node = SimulatedNode(root, netns_mode=netns_mode)
     bus = node.pcie_switch(
         "pci0000:5d", "0000:5d:00.0", "0000:5e:00.0", "0000:5f:00.0", numa_node=numa_node
     )

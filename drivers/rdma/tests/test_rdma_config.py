@@ -108,7 +108,7 @@ POOL = {"resourceName": "rdma/x", "mode": "exclusive"}
         (
             {"pools": [{**POOL, "selectors": {"vendor": ["15b3"]}}]},
             "pools[0].selectors.vendor: unknown key; expected one of vendors, deviceIDs, drivers, "
-            "ifNames, linkTypes, pciAddresses, functionTypes",
+            "ifNames, pfNames, linkTypes, pciAddresses, functionTypes",
         ),
         (
             {"pools": [{**POOL, "selectors": {"vendors": ["15b3", "mellanox"]}}]},

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from devicehost_rdma.simulated import dgx_h100, move_to_pod_netns, rename_ibdev, set_link
+from devicehost_rdma.simulated import (
+    dgx_h100,
+    move_to_pod_netns,
+    rename_ibdev,
+    set_link,
+    sriov_hca,
+)
 from rdma_helpers import configured, exclusive_pool, health, listed, shared_pool
 
 from devicehost.testing import FakeRoot, KubeletStandIn
@@ -92,3 +98,24 @@ def test_switching_to_shared_mode_makes_slots_healthy(fake_root: FakeRoot) -> No
     assert set(health(driver, SHARED).values()) == {"Unhealthy"}
     fake_root.write("/sys/module/ib_core/parameters/netns_mode", "Y")
     assert set(health(driver, SHARED).values()) == {"Healthy"}
+
+
+def test_a_vf_pool_lists_vfs_already_inside_pods_at_start(
+    fake_root: FakeRoot, kubelet: KubeletStandIn, run_host
+) -> None:
+    """Issue 24, item 13: a node with 8 VFs of one PF in exclusive namespace mode, 2 of them
+    (RDMA device and netdev) already inside pods when devicehost starts. A VF pool selected
+    by its PF's interface (pfNames, as the SR-IOV network device plugin selects VFs) lists
+    all 8 from PCI, Healthy; the 2 away keep their PCI address and get no device node."""
+    names = sriov_hca(fake_root, vfs=8, netns_mode="N")
+    for name in names[1:3]:
+        move_to_pod_netns(fake_root, name)
+    pool = exclusive_pool("rdma/vf", functionTypes=["vf"], pfNames=["ens3f0"])
+    run_host(enabled_drivers=("rdma",), drivers={"rdma": {"pools": [pool]}})
+    devices = kubelet.wait_devices("rdma/vf", lambda d: len(d) == 8, timeout=30)
+    assert {d.health for d in devices.values()} == {"Healthy"}
+    away = [f"0000:60:00.{fn}" for fn in (2, 3)]  # the first two VFs (sriov_hca's layout)
+    for address in away:
+        edits = kubelet.allocate("rdma/vf", [[address]])[0]
+        assert edits.envs["PCIDEVICE_RDMA_VF"] == address
+        assert not [d for d in edits.devices if "uverbs" in d.host_path]

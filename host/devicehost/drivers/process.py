@@ -26,10 +26,18 @@ from typing import Any
 
 from devicehost import supervision
 from devicehost.drivers.plan import early_sequence, worker_argv, worker_environment
-from devicehost.drivers.protocol import HEADER, ProtocolError, body_length, decode, encode
+from devicehost.drivers.protocol import (
+    HEADER,
+    MAX_MESSAGE_BYTES,
+    ProtocolError,
+    body_length,
+    decode,
+    encode,
+)
 from devicehost.drivers.zygote import Child, Prestarted, Zygote, ZygoteError
 from devicehost.errors import (
     DriverError,
+    DriverOverLimit,
     DriverTimeout,
     DriverUnavailable,
     RequestRefused,
@@ -140,6 +148,9 @@ class WorkerProcess:
         self._stuck: set[int] = set()
         #: the hook of each asked call not answered yet (what ``hung_hooks`` names)
         self._hook_of: dict[int, str] = {}
+
+        #: the parts of long list answers received so far: call id → (bytes, items)
+        self._parts: dict[int, tuple[int, list[Any]]] = {}
         self._ids = itertools.count(1)
         self._ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         # Read the outcome even when nobody waits any more (start timed out), so asyncio
@@ -240,7 +251,12 @@ class WorkerProcess:
         try:
             while True:
                 header = await reader.readexactly(HEADER.size)
-                message = decode(await reader.readexactly(body_length(header)))
+                length = body_length(header)
+                message = decode(await reader.readexactly(length))
+                if "part" in message:
+                    self._take_part(message, length)
+                    await asyncio.sleep(0)  # the next part may be buffered: let others run
+                    continue
                 self._dispatch(message)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the worker closed its end: it is exiting, or dead
@@ -274,7 +290,22 @@ class WorkerProcess:
                 with contextlib.suppress(ValueError):
                     self._heartbeats.remove(answered)
 
+    def _take_part(self, message: dict[str, Any], length: int) -> None:
+        """Keep one part of a long list answer until its ``result`` brings the rest."""
+        call_id, items = message.get("part"), message.get("value")
+        if not isinstance(call_id, int) or not isinstance(items, list):
+            raise ProtocolError(f"a part {message!r:.80} is not a call id and a list")
+        size, kept = self._parts.get(call_id, (0, []))
+        if size + length > MAX_MESSAGE_BYTES:
+            raise ProtocolError(f"an answer in parts is over the {MAX_MESSAGE_BYTES}-byte limit")
+        kept.extend(items)
+        self._parts[call_id] = (size + length, kept)
+
     def _dispatch(self, message: dict[str, Any]) -> None:
+        if "result" in message and message.get("result") in self._parts:
+            _, kept = self._parts.pop(message["result"])
+            rest = message.get("value")
+            message = {**message, "value": kept + (rest if isinstance(rest, list) else [rest])}
         if "result" in message or "error" in message:
             call_id = message.get("result", message.get("error"))
             future = self._pending.get(call_id) if isinstance(call_id, int) else None
@@ -435,6 +466,8 @@ class WorkerProcess:
             raise
         except ValueError as exc:
             raise DriverError(self.driver, hook, f"ValueError: {exc}") from exc
+        except _OverLimit as exc:
+            raise DriverOverLimit(self.driver, hook, str(exc)) from None
         except RuntimeError as exc:
             raise DriverError(self.driver, hook, str(exc)) from None
         except TimeoutError:
@@ -568,6 +601,8 @@ def _error(message: dict[str, Any]) -> Exception:
         return UnknownDevice(str(message.get("resource", "")), str(message.get("device_id", "")))
     if kind == "value":
         return ValueError(text.removeprefix("ValueError: "))
+    if kind == "over_limit":
+        return _OverLimit(text)
     return RuntimeError(text)
 
 
@@ -635,6 +670,10 @@ class DriverLog:
                 STDERR_LINES_PER_SECOND,
             )
             self.suppressed = 0
+
+
+class _OverLimit(RuntimeError):
+    """The worker's answer was over the channel's limit (it sent this error instead)."""
 
 
 def _level_of(line: str) -> int:

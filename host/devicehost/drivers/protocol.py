@@ -15,7 +15,10 @@ Worker → host:
   {"unavailable": reason} / {"failed": reason}  it could not be loaded
   {"invalid": reason}                           pluggy refused its hooks (a code bug)
   {"result": id, "value": plain}                a hook returned
-  {"error": id, "kind": "error"|"unavailable"|"value"|"refused"|"cancelled", "message": text}
+  {"part": id, "value": [...]}                  the first items of a long list answer; its
+                                                "result" carries the rest (``in_parts``)
+  {"error": id, "kind": "error"|"unavailable"|"value"|"refused"|"cancelled"|"over_limit",
+   "message": text}                             over_limit: the answer was over MAX_MESSAGE_BYTES
   {"notify": resource}                          a watch hook called ``notify()``
   {"watch_error": resource, "message": text}    a watch hook raised (it is restarted)
 """
@@ -30,9 +33,18 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
 
-#: A message larger than this is a protocol error: the worker is restarted.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: A message larger than this is a protocol error: the worker is restarted. The worker checks
+#: its own answers against it first and sends an ``over_limit`` error instead, so only a
+#: worker that breaks the protocol reaches it. Sized to the pod: JSON of tiny objects
+#: (``[{},{},...]``) decodes to ~25 times its size (8 MiB → 193 MiB measured), so 4 MiB is
+#: ~100 MiB at worst inside the DaemonSet's 256 MiB; it is also the kubelet's own receive
+#: limit, so no single answer the kubelet could read is cut.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 HEADER = struct.Struct(">I")
+#: A list answer longer than this is sent in parts of about this size: the host decodes one
+#: part at a time and lets its other work run between them, instead of stalling on one
+#: ``json.loads`` of megabytes (measured: docs/reliability.md, "Limits").
+PART_BYTES = 128 * 1024
 
 
 class ProtocolError(Exception):
@@ -59,6 +71,17 @@ def body_length(header: bytes) -> int:
     if length > MAX_MESSAGE_BYTES:
         raise ProtocolError(f"a message of {length} bytes is over the {MAX_MESSAGE_BYTES} limit")
     return int(length)
+
+
+def in_parts(message: dict[str, Any], size: int) -> list[dict[str, Any]]:
+    """A ``result`` message whose list ``value`` encodes to ``size`` bytes, as ``part``
+    messages of about ``PART_BYTES`` each and a last ``result`` with the rest."""
+    items: list[Any] = message["value"]
+    step = max(1, len(items) * PART_BYTES // max(size, 1))
+    starts = range(0, len(items), step)
+    parts = [{"part": message["result"], "value": items[i : i + step]} for i in starts]
+    last = parts.pop() if parts else {"value": []}
+    return [*parts, {**message, "value": last["value"]}]
 
 
 class NotPlain(TypeError):

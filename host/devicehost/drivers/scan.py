@@ -17,11 +17,15 @@ from pathlib import Path
 
 from devicehost.drivers.snapshots import ResourceState
 from devicehost.drivers.supervisor import DriverHandle
-from devicehost.errors import DriverError
+from devicehost.errors import DriverError, DriverOverLimit
+from devicehost.model import Device
 from devicehost.simulated_paths import devices_on_node
-from devicehost.validation import devices_from_plain
+from devicehost.validation import Enumeration, devices_from_plain
 
 log = logging.getLogger(__name__)
+
+#: Devices checked between two yields to the event loop (~1 ms of work each).
+CHECK_SLICE = 200
 
 
 class Scanner:
@@ -36,6 +40,8 @@ class Scanner:
         on_error: Callable[[str, str], None] | None = None,
         on_change: Callable[[str], None] | None = None,
         tree: Path | None = None,
+        max_devices: int = 10_000,
+        allowed_edits: frozenset[str] = frozenset(),
     ) -> None:
         """``tree``: the driver's simulated tree, where its devices' host paths are moved
         (``simulated_paths``); None on a real node."""
@@ -46,6 +52,8 @@ class Scanner:
         self.timeout = timeout
         self.on_error = on_error
         self.on_change = on_change
+        self.max_devices = max_devices
+        self.allowed_edits = allowed_edits
         self._wake = asyncio.Event()
         self._reported: set[str] = set()
 
@@ -55,11 +63,23 @@ class Scanner:
 
     async def scan_once(self) -> None:
         for name, state in self.states.items():
+            if state.closed:  # withdrawn (a name another driver declares too)
+                continue
             try:
                 raw = await self.driver.acall("devicehost_enumerate", self.timeout, resource=name)
-                devices, problems = devices_from_plain(self.driver.name, raw)
+                devices, problems = await self._checked(raw)
                 if self.tree is not None:
                     devices = devices_on_node(devices, self.tree)
+            except DriverOverLimit as exc:
+                if self.on_error:
+                    self.on_error(self.driver.name, exc.hook)
+                log.error(
+                    "%s; refused, and the last good list of %r (%d devices) stays in force",
+                    exc,
+                    name,
+                    len(state.devices),
+                )
+                continue
             except DriverError as exc:
                 if self.on_error:
                     self.on_error(self.driver.name, exc.hook)
@@ -87,6 +107,25 @@ class Scanner:
                 log.info("resource %r: %s", name, change)
                 if self.on_change:
                     self.on_change(name)
+
+    async def _checked(self, raw: object) -> tuple[list[Device], list[str]]:
+        """``devices_from_plain``, refusing a list over ``max_devices`` whole and checking
+        the rest in slices of ``CHECK_SLICE`` with a yield to the event loop between."""
+        if not isinstance(raw, list):
+            return devices_from_plain(self.driver.name, raw, self.allowed_edits)
+        if len(raw) > self.max_devices:
+            raise DriverOverLimit(
+                self.driver.name,
+                "devicehost_enumerate",
+                f"{len(raw)} devices, over the limit of {self.max_devices} per resource "
+                "(limits.devicesPerResource)",
+            )
+        enumeration = Enumeration(self.allowed_edits)
+        for start in range(0, len(raw), CHECK_SLICE):
+            if start:
+                await asyncio.sleep(0)
+            enumeration.add(raw[start : start + CHECK_SLICE])
+        return list(enumeration.kept.values()), enumeration.problems
 
     async def run(self) -> None:
         """Scan forever: every ``interval`` seconds, and at once after ``notify()``."""

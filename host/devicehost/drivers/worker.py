@@ -31,7 +31,17 @@ from typing import Any
 from devicehost import hookspecs
 from devicehost.drivers.discovery import load_object
 from devicehost.drivers.plugin_manager import new_plugin_manager, register
-from devicehost.drivers.protocol import HEADER, NotPlain, body_length, decode, encode, to_plain
+from devicehost.drivers.protocol import (
+    HEADER,
+    MAX_MESSAGE_BYTES,
+    PART_BYTES,
+    NotPlain,
+    body_length,
+    decode,
+    encode,
+    in_parts,
+    to_plain,
+)
 from devicehost.errors import DriverUnavailable, RequestRefused, UnknownDevice
 from devicehost.subprocesses import die_with_parent, name_process
 
@@ -88,6 +98,20 @@ class Worker:
 
     def send(self, message: dict[str, Any]) -> None:
         data = encode(message)
+        if len(data) - HEADER.size > MAX_MESSAGE_BYTES:
+            if "volunteered" in message:
+                return  # the host asks for it itself, and gets the error below
+            call_id = message.get("result", message.get("error"))
+            data = encode(
+                {
+                    "error": call_id,
+                    "kind": "over_limit",
+                    "message": f"its answer is {len(data) - HEADER.size} bytes, over the "
+                    f"channel's {MAX_MESSAGE_BYTES}-byte message limit",
+                }
+            )
+        elif len(data) > PART_BYTES and "result" in message and isinstance(message["value"], list):
+            data = b"".join(encode(part) for part in in_parts(message, len(data)))
         with self._send_lock:
             try:
                 self.channel.sendall(data)

@@ -90,6 +90,23 @@ def _encode(device: Device) -> bytes:
 
 MAX_MESSAGE = 1000
 
+#: The kubelet reads a plugin's answers with gRPC-go's default client receive limit
+#: (``defaultClientMaxReceiveMessageSize = 1024 * 1024 * 4`` in grpc-go's dialoptions.go;
+#: the kubelet's device-plugin client sets no other). A larger answer is refused here, with
+#: the resource and the size, rather than sent to fail as RESOURCE_EXHAUSTED in the kubelet.
+KUBELET_MAX_RECEIVE_BYTES = 4 * 1024 * 1024
+
+
+def oversized(resource: str, driver: str, size: int) -> Refusal | None:
+    """The refusal of an Allocate answer of ``size`` bytes, when the kubelet cannot read it."""
+    if size <= KUBELET_MAX_RECEIVE_BYTES:
+        return None
+    return Refusal(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"resource {resource!r} (driver {driver!r}): the Allocate answer is {size} bytes, over "
+        f"the kubelet's {KUBELET_MAX_RECEIVE_BYTES}-byte receive limit; not sent",
+    )
+
 
 def driver_refusal(exc: DriverError) -> Refusal:
     timed_out = isinstance(exc, DriverTimeout)
@@ -134,11 +151,13 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         policies: PolicyChain | None = None,
         cdi: CdiWriter | None = None,
         tree: Path | None = None,
+        allowed_edits: frozenset[str] = frozenset(),
     ) -> None:
         """``tree``: the driver's simulated tree, where its ``allocate`` answers' host
         paths are moved (``simulated_paths``); None on a real node."""
         self.spec = spec
         self.tree = tree
+        self.allowed_edits = allowed_edits
         self.cdi = cdi
         self.resource = spec.name
         self.driver = driver
@@ -310,7 +329,10 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 one = self._one_device_answer(device.id)
             except Refusal:  # the general path refuses it, with its span and metrics
                 return None
-            whole = wholes[device.id] = pb.AllocateResponse(container_responses=[one])
+            whole = pb.AllocateResponse(container_responses=[one])
+            if oversized(self.resource, self.driver.name, whole.ByteSize()) is not None:
+                return None  # the general path refuses it, with its span and metrics
+            wholes[device.id] = whole
         return whole
 
     def _compose(
@@ -342,7 +364,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             span_attributes={tracing.CONTAINER_INDEX: index, tracing.REQUESTED: list(device_ids)},
         )
         try:
-            edits = edits_from_plain(answer)
+            edits = edits_from_plain(answer, self.allowed_edits)
         except Invalid as exc:
             self.telemetry.driver_error(self.driver.name, "devicehost_allocate")
             error = DriverError(
@@ -497,9 +519,14 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             responses = [
                 await self.allocate_one(ids, index) for index, ids in enumerate(containers)
             ]
+            response = pb.AllocateResponse(container_responses=responses)
+            too_big = oversized(self.resource, self.driver.name, response.ByteSize())
+            if too_big is not None:
+                log.error("%s", too_big.message)
+                raise too_big
             if not self.options.pre_start_required:
                 self.telemetry.allocated(self.resource, containers, span.get_span_context())
-            return pb.AllocateResponse(container_responses=responses)
+            return response
 
         result = "ok"
         try:

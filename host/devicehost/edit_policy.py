@@ -1,0 +1,105 @@
+"""What a driver may put into a container: environment names and container paths.
+
+Enforced where a driver's answer enters the host (``validation``), so no device, resource or
+allocation breaks it, and every CDI spec the host writes meets CDI's own rules for env
+(``validateEnv`` in the container-device-interface's default validator: ``NAME=value`` with
+a non-empty name before the first ``=``) and paths (non-empty; the model makes them absolute
+and normalised). The rules and how to allow an exception are in docs/hooks.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+
+from devicehost.model import ContainerEdits
+
+#: Kubernetes' own pattern for an environment variable name (``IsEnvVarName`` in
+#: k8s.io/apimachinery's validation): a pod spec cannot carry any other, and neither may a
+#: driver. It excludes the empty name, ``=``, whitespace and control characters.
+ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+#: Names the dynamic loader (``LD_*``, glibc's ``GCONV_PATH`` and ``GLIBC_TUNABLES``) or a
+#: shell (``PATH``, ``IFS``, ``ENV``, ``BASH_ENV``, …) act on: in a container they choose
+#: what code runs, which is no device's business.
+SPECIAL_ENV_PREFIXES = ("LD_",)
+SPECIAL_ENVS = frozenset(
+    {
+        "PATH",
+        "IFS",
+        "ENV",
+        "BASH_ENV",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PS4",
+        "PROMPT_COMMAND",
+        "GCONV_PATH",
+        "GLIBC_TUNABLES",
+    }
+)
+#: Container paths a mount or device node must not cover (the path itself or anything
+#: under it): the loader's preload and search lists, the kernel's views (/proc, /sys),
+#: raw memory and I/O ports, the account and sudo files.
+SENSITIVE_PATHS = (
+    "/proc",
+    "/sys",
+    "/dev/mem",
+    "/dev/kmem",
+    "/dev/port",
+    "/etc/ld.so.preload",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/ld.so.cache",
+    "/etc/passwd",
+    "/etc/shadow",
+    "/etc/group",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+)
+
+
+def _under(path: str, place: str) -> bool:
+    return path == place or path.startswith(place + "/")
+
+
+def env_problem(name: str, allowed: Collection[str] = ()) -> str | None:
+    """Why a driver may not set ``name``, or None when it may."""
+    if not ENV_NAME.fullmatch(name):
+        return f"env name {name!r:.80} does not match {ENV_NAME.pattern}"
+    if name in allowed:
+        return None
+    if name in SPECIAL_ENVS or name.startswith(SPECIAL_ENV_PREFIXES):
+        return (
+            f"env {name!r} is one the dynamic loader or a shell acts on; refused unless "
+            "containerEdits.allow lists it for this driver"
+        )
+    return None
+
+
+def path_problem(kind: str, path: str, allowed: Collection[str] = ()) -> str | None:
+    """Why a driver may not put ``kind`` at container path ``path``, or None."""
+    if path == "/":
+        return f"{kind} container path '/' would cover the whole container"
+    place = next((p for p in SENSITIVE_PATHS if _under(path, p)), None)
+    if place is None or any(_under(path, a) for a in allowed if a.startswith("/")):
+        return None
+    return (
+        f"{kind} container path {path!r} is over {place}; refused unless "
+        "containerEdits.allow lists it for this driver"
+    )
+
+
+def edits_problem(edits: ContainerEdits, allowed: Collection[str] = ()) -> str | None:
+    """The first rule ``edits`` break, or None when a container may be given them."""
+    for name in edits.envs:
+        problem = env_problem(name, allowed)
+        if problem:
+            return problem
+    for mount in edits.mounts:
+        problem = path_problem("mount", mount.container_path, allowed)
+        if problem:
+            return problem
+    for node in edits.devices:
+        problem = path_problem("device node", node.container_path, allowed)
+        if problem:
+            return problem
+    return None
