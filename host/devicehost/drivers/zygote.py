@@ -157,12 +157,13 @@ class Zygote:
         if threading.active_count() > 1 or "grpc" in sys.modules:
             return cls()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        host = os.getpid()  # read before the fork: see ``die_with_parent``
         pid = os.fork()
         if pid == 0:  # the zygote
             code = 0
             try:
                 ours.close()
-                serve(theirs, prestart)
+                serve(theirs, host, prestart)
             except BaseException:
                 code = 1
                 with contextlib.suppress(BaseException):
@@ -170,6 +171,9 @@ class Zygote:
             finally:
                 os._exit(code)
         theirs.close()
+        from devicehost.subprocesses import HELPERS
+
+        HELPERS.add(pid)
         return cls(_Process(ours, pid, _waitpid_poll(pid)), prestarting=prestart is not None)
 
     @staticmethod
@@ -395,17 +399,23 @@ def _reap_later(process: _Process, tries: int = 200) -> None:
 # -- the zygote's side -------------------------------------------------------------------
 
 
-def serve(control: socket.socket, prestart: Prestart | None = None) -> None:
+def serve(control: socket.socket, host: int, prestart: Prestart | None = None) -> None:
     """Start the planned workers (``prestart``), then fork workers on request until the
-    host closes the channel; then kill them and return."""
+    host (pid ``host``) closes the channel; then kill them and return."""
     import selectors
 
+    import devicehost.reaping as reaping
     from devicehost.drivers.protocol import encode
-    from devicehost.subprocesses import die_with_parent, name_process
+    from devicehost.subprocesses import become_subreaper, die_with_parent, name_process
 
-    die_with_parent()
+    die_with_parent(host)
+    # A group of its own: a signal to the host's process group (``timeout``, job control)
+    # reaches the host alone, which stops the zygote and its workers itself.
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
     name_process("dh-zygote")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the host decides when workers stop
+    for signum in (signal.SIGINT, signal.SIGHUP):  # the host decides when workers stop
+        signal.signal(signum, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     plan = None
     if prestart is not None:
@@ -422,39 +432,58 @@ def serve(control: socket.socket, prestart: Prestart | None = None) -> None:
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ)
     selector.register(wake_read, selectors.EVENT_READ)
-    children: set[int] = set()
+    #: worker pid → its keeper (the zygote's own child) and the read end of its report
+    keepers: dict[int, tuple[int, int]] = {}
+    become_subreaper()  # what a killed keeper's worker leaves is re-parented here
 
     def reply(message: dict[str, Any]) -> None:
         with contextlib.suppress(OSError):
             control.send(json.dumps(message).encode())
 
     def reap() -> None:
-        while children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if not pid:
-                return
-            children.discard(pid)
-            reply({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+        """Report each worker whose keeper ended; stop whatever else was re-parented here
+        (only what a killed keeper left: a live keeper holds all its worker's orphans)."""
+        by_keeper = {keeper: (pid, report) for pid, (keeper, report) in keepers.items()}
+        for child in reaping.children():
+            if child.pid not in by_keeper:
+                if not child.zombie:
+                    reaping.kill(child.pid)
+                reaping.reap(child.pid)
+                continue
+            code = reaping.reap(child.pid)
+            if code is None:
+                continue
+            pid, report = by_keeper[child.pid]
+            del keepers[pid]
+            reply({"exited": pid, "code": _worker_code(report, code)})
 
     def fork_worker(
         argv: list[str], env: dict[str, str], fds: list[int], not_theirs: Sequence[int] = ()
     ) -> int:
-        pid = os.fork()
-        if pid == 0:  # the worker
+        """Fork the worker's keeper, which forks the worker; return the worker's pid."""
+        zygote = os.getpid()
+        report_read, report_write = os.pipe()
+        keeper = os.fork()
+        if keeper == 0:
             try:
                 selector.close()
                 signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                for fd in (control.fileno(), wake_read, wake_write, *not_theirs):
+                for fd in (control.fileno(), wake_read, wake_write, report_read, *not_theirs):
                     os.close(fd)
-                become_worker(worker.main, argv, env, fds)
+                for held in keepers.values():
+                    os.close(held[1])
+                keep(worker.main, argv, env, fds, zygote, report_write)
             finally:
                 os._exit(BROKEN_CHILD)
-        children.add(pid)
-        return pid
+        os.close(report_write)
+        line = _read_line(report_read)
+        if not line.isdigit():  # the keeper could not fork the worker
+            os.close(report_read)
+            reaping.kill(keeper)
+            raise OSError(f"the worker's keeper (pid {keeper}) could not start it")
+        keepers[int(line)] = (keeper, report_read)
+        return int(line)
 
     def start(message: dict[str, Any], fds: list[int]) -> None:
         try:
@@ -510,20 +539,99 @@ def serve(control: socket.socket, prestart: Prestart | None = None) -> None:
                 data, fds, _, _ = socket.recv_fds(control, MAX_DATAGRAM, 2)
             except InterruptedError:
                 continue
-            if not data:  # the host closed its end, or died
-                for pid in children:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
+            if not data:  # the host closed its end, or died: everything below ends
+                reaping.stop_all_children()
                 return
             message = json.loads(data)
             if "spawn" in message and len(fds) == 2:
                 start(message, fds)
-            elif "kill" in message and message["kill"] in children:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(message["kill"], signal.SIGKILL)
+            elif "kill" in message and message["kill"] in keepers:
+                # The keeper, never the worker's pid (the keeper may have reaped it, and
+                # the pid be reused): the worker dies with it, and what it left is
+                # re-parented here and stopped (``reap``).
+                reaping.kill(keepers[message["kill"]][0])
             for fd in fds:
                 os.close(fd)
         reap()
+
+
+def _read_line(fd: int) -> str:
+    data = b""
+    while not data.endswith(b"\n"):
+        try:
+            chunk = os.read(fd, 32)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        data += chunk
+    return data.decode().strip()
+
+
+def _worker_code(report: int, keeper_code: int) -> int:
+    """The worker's exit code as its keeper reported it; a keeper that was killed (the
+    host asked, or the keeper was killed from outside) took its worker with it."""
+    try:
+        os.set_blocking(report, False)
+        line = _read_line(report)
+    except OSError:
+        line = ""
+    finally:
+        os.close(report)
+    with contextlib.suppress(ValueError):
+        return int(line)
+    return keeper_code if keeper_code < 0 else -signal.SIGKILL
+
+
+def keep(
+    main: Callable[[list[str]], None],
+    argv: list[str],
+    env: dict[str, str],
+    fds: list[int],
+    zygote: int,
+    report: int,
+) -> None:
+    """A worker's keeper: the small process between the zygote and one worker. It leads a
+    session of its own and is the subreaper of everything the worker starts, so whatever
+    a driver forks, daemons included, stays below it; it reaps those, and when the worker
+    ends it stops and reaps what is left, then reports the worker's exit code on
+    ``report`` (the worker's pid first, at once) and exits. Nothing a driver does reaches
+    the zygote or another driver's processes."""
+    import devicehost.reaping as reaping
+    from devicehost.subprocesses import become_subreaper, die_with_parent, name_process
+
+    die_with_parent(zygote)
+    with contextlib.suppress(OSError):
+        os.setsid()  # no terminal's signals; its own group and session
+    become_subreaper()
+    name_process("dh-keeper")
+    keeper = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(report)
+            for signum in (signal.SIGHUP, signal.SIGTERM):  # a driver's process as usual
+                signal.signal(signum, signal.SIG_DFL)
+            become_worker(main, [*argv, "--parent-pid", str(keeper)], env, fds)
+        finally:
+            os._exit(BROKEN_CHILD)
+    for fd in fds:
+        os.close(fd)
+    os.write(report, f"{pid}\n".encode())
+    code = -signal.SIGKILL
+    while True:
+        try:
+            done, status = os.waitpid(-1, 0)  # the worker, and orphans re-parented here
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            break
+        if done == pid:
+            code = os.waitstatus_to_exitcode(status)
+            break
+    reaping.stop_all_children()
+    with contextlib.suppress(OSError):
+        os.write(report, f"{code}\n".encode())
 
 
 def become_worker(
@@ -548,10 +656,13 @@ def become_worker(
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
+    from devicehost.subprocesses import add_parent_pid_argument
+
     parser = argparse.ArgumentParser(prog=f"python -m {__name__}")
     parser.add_argument("--fd", type=int, required=True, help="the channel's file descriptor")
+    add_parent_pid_argument(parser)
     args = parser.parse_args(argv)
-    serve(socket.socket(fileno=args.fd))
+    serve(socket.socket(fileno=args.fd), args.parent_pid)
 
 
 if __name__ == "__main__":
