@@ -235,6 +235,10 @@ def test_what_a_killed_zygote_left_is_stopped_and_reaped_by_pid_1(tmp_path, plug
         kubelet.wait_devices(FORKING, lambda d: len(d) == 2, timeout=30)
         eventually(lambda: not [p for p in host.inside() if p.zombie], timeout=30)
         assert "stopped process" in host.text(), host.text()
+        assert (
+            f"the zygote (pid {namespace_pid(zygote.pid)}) that starts driver workers "
+            "died (killed by SIGKILL)" in host.text()
+        ), host.text()
 
 
 def test_kill_9_of_pid_1_leaves_no_process(tmp_path, plugin_dir, kubelet):

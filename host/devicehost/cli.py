@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from devicehost.config import SETTINGS, HostConfig, load_config
 from devicehost.errors import ConfigError
-from devicehost.reaping import stop_strays
-from devicehost.subprocesses import HELPERS, become_subreaper
 
 if TYPE_CHECKING:
     from devicehost.drivers.zygote import Plan, Zygote
@@ -470,9 +468,6 @@ def _run(config: HostConfig) -> int:
     # soon as the loop runs: the host stops as it would later (exit 0, the simulated tree
     # removed), instead of dying by the default action halfway through its imports.
     signal.signal(signal.SIGTERM, _note_signal)
-    # The subreaper of its helpers' trees (as PID 1 of its container it is anyway): what a
-    # killed zygote's keepers leave is re-parented here and stopped (``_reap_strays``).
-    become_subreaper()
     import functools
 
     from devicehost.drivers.zygote import Zygote
@@ -487,6 +482,12 @@ def _run(config: HostConfig) -> int:
             zygote = Zygote.fork(prestart)
         except OSError:  # no process to spare now: the first worker start spawns a fresh one
             zygote = Zygote()
+        from devicehost.subprocesses import become_subreaper
+
+        # The subreaper of its helpers' trees (as PID 1 of its container it is anyway):
+        # what a killed zygote's keepers leave is re-parented here and stopped
+        # (``_reap_strays``). After the fork: only the zygote's death re-parents anything.
+        become_subreaper()
         _setup_logging(config, config.log_level)
         # The span exporter and driver threads share the GIL with the request loop; a short
         # switch interval bounds how long a kubelet request can wait for it (default 5 ms).
@@ -499,6 +500,9 @@ def _run(config: HostConfig) -> int:
             import shutil
 
             shutil.rmtree(sim_root, ignore_errors=True)
+        from devicehost.reaping import stop_strays
+        from devicehost.subprocesses import HELPERS
+
         stop_strays(HELPERS)  # nothing the drivers started outlives the host
     return 0
 
@@ -518,6 +522,9 @@ async def _reap_strays() -> None:
     re-parented by a death always comes with a SIGCHLD (the dead helper's own), so the
     host looks then and never polls."""
     import asyncio
+
+    from devicehost.reaping import stop_strays
+    from devicehost.subprocesses import HELPERS
 
     loop = asyncio.get_running_loop()
     wake = asyncio.Event()

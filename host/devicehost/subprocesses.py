@@ -3,8 +3,10 @@ what each does first."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import socket
@@ -29,7 +31,9 @@ def host_environment(**extra: str) -> dict[str, str]:
 HELPERS: set[int] = set()
 
 
-def start_helper(module: str, env: dict[str, str]) -> tuple[socket.socket, subprocess.Popen[bytes]]:
+def start_helper(
+    module: str, env: dict[str, str], capture_stderr: bool = False
+) -> tuple[socket.socket, subprocess.Popen[bytes]]:
     """Start ``python -m <module> --fd N --parent-pid P``, a fresh interpreter whose end of
     a new ``SOCK_SEQPACKET`` pair is fd N and whose parent is P (this process); return the
     host's end and the process. It leads a process group of its own: a signal to the
@@ -44,6 +48,7 @@ def start_helper(module: str, env: dict[str, str]) -> tuple[socket.socket, subpr
             ],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE if capture_stderr else None,
             env=env,
             process_group=0,
         )
@@ -54,6 +59,67 @@ def start_helper(module: str, env: dict[str, str]) -> tuple[socket.socket, subpr
         theirs.close()
     HELPERS.add(process.pid)
     return ours, process
+
+
+def exit_description(code: int | None) -> str:
+    """An exit code as ``subprocess`` gives it (-N: signal N), in words for a log line."""
+    if code is None:
+        return "exit status unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class OutputTail:
+    """A helper's stderr, read from a pipe on the host's loop: each line is logged, and the
+    last ``TAIL_LINES`` are kept for the log line that reports its death."""
+
+    TAIL_LINES = 5
+    #: a line longer than this is cut (a progress bar without newlines included)
+    MAX_LINE = 1000
+
+    def __init__(self, fd: int, name: str, log: logging.Logger) -> None:
+        self.fd = fd
+        self.name = name
+        self.log = log
+        self.lines: collections.deque[str] = collections.deque(maxlen=self.TAIL_LINES)
+        self._partial = b""
+        os.set_blocking(fd, False)
+
+    def read(self) -> bool:
+        """Read what is there; False at end of file (the pipe is closed then)."""
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return True
+            except OSError:
+                data = b""
+            if not data:
+                self._line(self._partial)
+                self._partial = b""
+                with contextlib.suppress(OSError):
+                    os.close(self.fd)
+                return False
+            *lines, self._partial = (self._partial + data).split(b"\n")
+            for line in lines:
+                self._line(line)
+            if len(self._partial) > self.MAX_LINE:
+                self._line(self._partial)
+                self._partial = b""
+
+    def _line(self, raw: bytes) -> None:
+        line = raw.decode(errors="replace").rstrip()[: self.MAX_LINE]
+        if line:
+            self.lines.append(line)
+            self.log.warning("%s: %s", self.name, line)
+
+    def text(self) -> str:
+        """``; last output: a | b`` for a log line, or nothing."""
+        return ("; last output: " + " | ".join(self.lines)) if self.lines else ""
 
 
 #: Linux keeps 15 bytes of a process's name (``/proc/<pid>/comm``, what ``top`` shows).

@@ -119,11 +119,22 @@ class Prestarted:
 class _Process:
     """One zygote process and the host's end of its channel."""
 
-    def __init__(self, control: socket.socket, pid: int, poll: Callable[[], int | None]) -> None:
+    def __init__(
+        self,
+        control: socket.socket,
+        pid: int,
+        poll: Callable[[], int | None],
+        stderr: int | None = None,
+    ) -> None:
+        from devicehost.subprocesses import OutputTail
+
         self.control = control
         self.pid = pid
         self.poll = poll
         self.gone = False
+        #: its stderr (a pipe), read on the host's loop, logged and kept for its death's log
+        self.output = OutputTail(stderr, f"the zygote (pid {pid})", log) if stderr else None
+        self.output_open = self.output is not None
 
 
 class Zygote:
@@ -143,6 +154,8 @@ class Zygote:
         self._prestart_event: asyncio.Event | None = None
         #: what the plan returned beside the workers (plain data), once done
         self.prestart_result: Any = None
+        #: called when a zygote dies while it has workers (counted as a helper's death)
+        self.on_death: Callable[[], None] | None = None
 
     @classmethod
     def fork(cls, prestart: Prestart | None = None) -> Zygote:
@@ -157,12 +170,16 @@ class Zygote:
         if threading.active_count() > 1 or "grpc" in sys.modules:
             return cls()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        stderr_read, stderr_write = os.pipe()
         host = os.getpid()  # read before the fork: see ``die_with_parent``
         pid = os.fork()
         if pid == 0:  # the zygote
             code = 0
             try:
                 ours.close()
+                os.dup2(stderr_write, 2)
+                os.close(stderr_write)
+                os.close(stderr_read)
                 serve(theirs, host, prestart)
             except BaseException:
                 code = 1
@@ -171,17 +188,20 @@ class Zygote:
             finally:
                 os._exit(code)
         theirs.close()
+        os.close(stderr_write)
         from devicehost.subprocesses import HELPERS
 
         HELPERS.add(pid)
-        return cls(_Process(ours, pid, _waitpid_poll(pid)), prestarting=prestart is not None)
+        process = _Process(ours, pid, _waitpid_poll(pid), stderr_read)
+        return cls(process, prestarting=prestart is not None)
 
     @staticmethod
     def _spawn() -> _Process:
         from devicehost.subprocesses import host_environment, start_helper
 
-        ours, popen = start_helper(__name__, host_environment())
-        return _Process(ours, popen.pid, popen.poll)
+        ours, popen = start_helper(__name__, host_environment(), capture_stderr=True)
+        assert popen.stderr is not None
+        return _Process(ours, popen.pid, popen.poll, os.dup(popen.stderr.fileno()))
 
     @property
     def pid(self) -> int | None:
@@ -197,10 +217,20 @@ class Zygote:
             self._loop = None
             log.debug("zygote started (pid %d)", self._process.pid)
         if self._loop is not loop:
-            self._process.control.setblocking(False)
-            loop.add_reader(self._process.control.fileno(), self._on_readable, self._process)
+            process = self._process
+            process.control.setblocking(False)
+            loop.add_reader(process.control.fileno(), self._on_readable, process)
+            if process.output_open and process.output is not None:
+                loop.add_reader(process.output.fd, self._on_output, process)
             self._loop = loop
         return self._process
+
+    def _on_output(self, process: _Process) -> None:
+        assert process.output is not None
+        if not process.output.read():
+            process.output_open = False
+            if self._loop is not None:
+                self._loop.remove_reader(process.output.fd)
 
     async def start(self, argv: Sequence[str], env: dict[str, str], fds: Sequence[int]) -> Child:
         """Fork a worker running ``python -m devicehost.drivers.worker <argv>`` with ``env``;
@@ -319,15 +349,16 @@ class Zygote:
         process.gone = True
         if self._loop is not None:
             self._loop.remove_reader(process.control.fileno())
+            if process.output_open and process.output is not None:
+                self._loop.remove_reader(process.output.fd)
             self._loop = None
         process.control.close()
-        _reap_later(process)
         if self._children or self._starting:
-            log.error(
-                "the zygote (pid %d) that starts driver workers died; its workers were "
-                "killed with it and start again from a fresh one",
-                process.pid,
-            )
+            if self.on_death:
+                self.on_death()
+            _reap_later(process, _log_death)
+        else:
+            _reap_later(process, _close_output)
         self._prestart_done = True
         if self._prestart_event is not None:
             self._prestart_event.set()
@@ -354,6 +385,7 @@ class Zygote:
             self._loop.remove_reader(process.control.fileno())
             self._loop = None
         process.control.close()
+        _close_output(process)
         deadline = time.monotonic() + CLOSE_SECONDS
         while process.poll() is None and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
@@ -387,13 +419,42 @@ def _waitpid_poll(pid: int) -> Callable[[], int | None]:
     return poll
 
 
-def _reap_later(process: _Process, tries: int = 200) -> None:
-    """Collect a dead zygote's exit status (it may not be a zombie yet when EOF arrives)."""
+def _reap_later(
+    process: _Process, then: Callable[[_Process, int | None], None], tries: int = 200
+) -> None:
+    """Collect a dead zygote's exit status (it may not be a zombie yet when EOF arrives),
+    then call ``then`` with it (None if it never came)."""
     import asyncio
 
-    if process.poll() is None and tries:
+    code = process.poll()
+    if code is None and tries:
         with contextlib.suppress(RuntimeError):
-            asyncio.get_running_loop().call_later(0.01, _reap_later, process, tries - 1)
+            asyncio.get_running_loop().call_later(0.01, _reap_later, process, then, tries - 1)
+            return
+    then(process, code)
+
+
+def _close_output(process: _Process, code: int | None = None) -> None:
+    """Read what is left of a zygote's stderr (logged), and close it."""
+    if process.output_open and process.output is not None:
+        process.output_open = False
+        os.set_blocking(process.output.fd, False)
+        if process.output.read():  # its keepers may hold the pipe a moment longer
+            with contextlib.suppress(OSError):
+                os.close(process.output.fd)
+
+
+def _log_death(process: _Process, code: int | None) -> None:
+    from devicehost.subprocesses import exit_description
+
+    _close_output(process)
+    log.error(
+        "the zygote (pid %d) that starts driver workers died (%s)%s; its workers were "
+        "killed with it and start again from a fresh one",
+        process.pid,
+        exit_description(code),
+        process.output.text() if process.output else "",
+    )
 
 
 # -- the zygote's side -------------------------------------------------------------------

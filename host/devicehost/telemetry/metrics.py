@@ -267,6 +267,18 @@ class Metrics:
             "Times a driver's worker process was started again after it went down.",
             ("driver",),
         )
+        self.driver_start_failures = Counter(
+            self,
+            "devicehost_driver_start_failures_total",
+            "Times a driver's worker could not be started or brought up.",
+            ("driver",),
+        )
+        self.helper_deaths = Counter(
+            self,
+            "devicehost_helper_deaths_total",
+            "Times one of the host's helper processes died while the host ran.",
+            ("helper",),
+        )
         self._series: tuple[Counter | Histogram, ...] = (
             self.allocations,
             self.allocate_duration,
@@ -274,6 +286,8 @@ class Metrics:
             self.kubelet_restarts,
             self.driver_errors,
             self.driver_restarts,
+            self.driver_start_failures,
+            self.helper_deaths,
         )
 
     def series_of(self, metric: Counter | Histogram, labels: dict[str, str]) -> Series:

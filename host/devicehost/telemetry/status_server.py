@@ -70,9 +70,9 @@ class StatusServer:
                 return 503, "text/plain", f"event loop lagging {self.lag:.1f} s\n"
             return 200, "text/plain", f"ok (loop lag {self.lag * 1000:.0f} ms)\n"
         if path == "/readyz":
-            waiting = self.not_ready()
-            if waiting:
-                return 503, "text/plain", "not registered: " + ", ".join(waiting) + "\n"
+            reasons = self.not_ready()
+            if reasons:
+                return 503, "text/plain", "".join(f"{reason}\n" for reason in reasons)
             return 200, "text/plain", "ok\n"
         return 404, "text/plain", "not found: try /metrics, /healthz or /readyz\n"
 
