@@ -90,10 +90,14 @@ def log_of(tmp_path: Path) -> str:
 def stop_after():
     running: list[subprocess.Popen[bytes]] = []
     yield running.append
-    for process in running:
+    for process in running:  # SIGTERM: a host killed with SIGKILL leaves its daemons
         if process.poll() is None:
-            process.kill()
-            process.wait()
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def test_a_daemon_a_driver_started_dies_with_its_worker(tmp_path, plugin_dir, kubelet, stop_after):

@@ -228,6 +228,7 @@ def test_what_a_killed_zygote_left_is_stopped_and_reaped_by_pid_1(tmp_path, plug
         eventually(lambda: host.named("dh-test-daemon"), timeout=30)
         [first] = host.named("dh-test-daemon")
         [zygote] = host.named("dh-zygote")
+        inner = namespace_pid(zygote.pid)
         os.kill(zygote.pid, signal.SIGKILL)
         eventually(lambda: not Path(f"/proc/{first.pid}").exists(), timeout=30)
         eventually(lambda: [p.pid for p in host.named("dh-zygote")] not in ([], [zygote.pid]))
@@ -236,7 +237,7 @@ def test_what_a_killed_zygote_left_is_stopped_and_reaped_by_pid_1(tmp_path, plug
         eventually(lambda: not [p for p in host.inside() if p.zombie], timeout=30)
         assert "stopped process" in host.text(), host.text()
         assert (
-            f"the zygote (pid {namespace_pid(zygote.pid)}) that starts driver workers "
+            f"the zygote (pid {inner}) that starts driver workers "
             "died (killed by SIGKILL)" in host.text()
         ), host.text()
 
