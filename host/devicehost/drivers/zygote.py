@@ -18,6 +18,7 @@ end of its stderr pipe)::
                   {"kill": pid}                 SIGKILL, if that child still runs
   zygote → host:  {"spawned": n, "pid": pid} | {"failed": n, "message": text}
                   {"exited": pid, "code": code} as subprocess reports it (-N: signal N)
+                  (pid: the worker's, never its keeper's)
                   {"prestarted": name, "pid": pid, "argv": [...], "sequence": [...]}
                                                 + 2 fds (the host's end of the worker's
                                                 channel, the read end of its stderr)
@@ -31,12 +32,20 @@ the CPU the host leaves idle while it imports (a cold start's first ~100 ms), in
 after it; the plan reads entry-point metadata only and never imports a driver or policy
 in the zygote.
 
-The zygote reaps its children and reports each exit, so the host learns a worker's exit
-status although the worker is not its own child; kills go through the zygote, which knows
-whether the pid is still its child (no pid-reuse race). When the host goes away (EOF on
-the channel, or the kernel's ``PR_SET_PDEATHSIG``) the zygote kills its children and
-exits; if the zygote dies, its workers die with it (their own ``PR_SET_PDEATHSIG``) and
-the next start gets a fresh zygote.
+Each worker has a keeper (``keep``): the zygote forks the keeper, the keeper forks the
+worker. The keeper leads a session of its own and is the subreaper of the worker's tree,
+so whatever a driver forks, a detached daemon included, stays below it; when the worker
+ends it stops all that is left and reports the worker's exit code to the zygote through a
+pipe (docs/reliability.md, "Containment"). The host knows the worker's pid only.
+
+The zygote reaps its keepers and reports each worker's exit, so the host learns a worker's
+exit status although the worker is not its own child; kills go through the zygote, to the
+worker's keeper, which is still the zygote's child (no pid-reuse race). The zygote is a
+subreaper too and stops whatever a killed keeper left. When the host goes away (EOF on
+the channel, or the kernel's ``PR_SET_PDEATHSIG``) the zygote stops everything below it
+and exits; if the zygote dies, its keepers and workers die with it (their own
+``PR_SET_PDEATHSIG``), the host stops what they left, and the next start gets a fresh
+zygote.
 """
 
 from __future__ import annotations

@@ -47,6 +47,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from devicehost.subprocesses import (
     add_parent_pid_argument,
     die_with_parent,
+    exit_description,
     host_environment,
     name_process,
     start_helper,
@@ -228,7 +229,17 @@ class ProcessSpanProcessor(SpanProcessor):
             self._socket.send(marshal.dumps((export, spans)))
         except (BlockingIOError, OSError) as exc:
             if not self.dropped:
-                log.warning("tracing: the span exporter is not keeping up (%s); spans dropped", exc)
+                code = self.process.poll()
+                if code is not None:  # its own output, if any, is in the host's log
+                    log.error(
+                        "tracing: the span exporter (pid %d) died (%s); spans dropped",
+                        self.process.pid,
+                        exit_description(code),
+                    )
+                else:
+                    log.warning(
+                        "tracing: the span exporter is not keeping up (%s); spans dropped", exc
+                    )
             self.dropped += len(spans)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
