@@ -340,15 +340,16 @@ def _host(config: HostConfig) -> Host:
 def main(argv: Sequence[str] | None = None) -> int:
     # SIGHUP is ignored by the daemon, as documented, from its first moment: noted here
     # and logged once its loop runs (``_serve``); any other command takes it as usual.
-    signal.signal(signal.SIGHUP, _note_signal)
+    previous = _take_signal(signal.SIGHUP)
     # grpc's C core logs connection chatter (GOAWAY on every kubelet restart) below ERROR.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command != "run":
-        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if args.command != "run" and previous is not None:
+        signal.signal(signal.SIGHUP, previous)
         if signal.SIGHUP in _SIGNALS_BEFORE_LOOP:
-            os.kill(os.getpid(), signal.SIGHUP)
+            _SIGNALS_BEFORE_LOOP.remove(signal.SIGHUP)
+            signal.raise_signal(signal.SIGHUP)
     misplaced = _misplaced_flags(args)
     if misplaced:
         _subparser(parser, args.command).error(
@@ -513,6 +514,15 @@ _SIGNALS_BEFORE_LOOP: list[int] = []
 
 def _note_signal(signum: int, frame: object) -> None:
     _SIGNALS_BEFORE_LOOP.append(signum)
+
+
+def _take_signal(signum: int) -> signal._HANDLER | None:
+    """Note ``signum`` from now on (``_note_signal``); the handler it had, or None where
+    this is not the main thread (``main`` called from a test's thread)."""
+    try:
+        return signal.signal(signum, _note_signal)
+    except ValueError:
+        return None
 
 
 async def _reap_strays() -> None:

@@ -3,9 +3,8 @@
 Linux re-parents an orphan to its nearest ancestor that is a child subreaper
 (``PR_SET_CHILD_SUBREAPER``), or to PID 1 of its PID namespace. Each worker's keeper, the
 zygote and the host are subreapers (``docs/reliability.md``, "Containment"), so whatever a
-driver forks stays below them: this module lists a process's children from ``/proc`` (the
-kernel's ``children`` file is not built into every kernel) and ends them. It imports
-nothing but ``os``: the zygote and every keeper use it.
+driver forks stays below them: this module lists a process's children from ``/proc`` and
+ends them. It imports only a few standard modules: the zygote and every keeper use it.
 """
 
 from __future__ import annotations
@@ -49,14 +48,44 @@ def _stat(pid: int) -> tuple[int, Proc] | None:
 def children(parent: int | None = None) -> list[Proc]:
     """The live and dead (zombie) children of ``parent`` (default: this process)."""
     parent = os.getpid() if parent is None else parent
+    listed = _listed_children(parent)
+    pids = listed if listed is not None else _scanned_children(parent)
     found = []
+    for pid in pids:
+        stat = _stat(pid)
+        if stat is not None and stat[0] == parent:
+            found.append(stat[1])
+    return found
+
+
+def _listed_children(parent: int) -> set[int] | None:
+    """The kernel's own list (``/proc/<pid>/task/<tid>/children``, one per thread: an
+    orphan is re-parented to one of the subreaper's threads); None where the kernel was
+    built without it."""
+    pids: set[int] = set()
+    try:
+        tasks = os.listdir(f"/proc/{parent}/task")
+        for task in tasks:
+            path = f"/proc/{parent}/task/{task}/children"
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError), open(path) as listing:
+                pids.update(int(pid) for pid in listing.read().split())
+    except OSError:
+        return None
+    if not pids and not os.path.exists(f"/proc/{parent}/task/{parent}/children"):
+        return None
+    return pids
+
+
+def _scanned_children(parent: int) -> list[int]:
+    """Every process whose parent is ``parent``, from a walk over ``/proc``."""
+    pids = []
     with contextlib.suppress(OSError):
         for entry in os.scandir("/proc"):
             if entry.name.isdigit():
                 stat = _stat(int(entry.name))
                 if stat is not None and stat[0] == parent:
-                    found.append(stat[1])
-    return found
+                    pids.append(stat[1].pid)
+    return pids
 
 
 def kill(pid: int) -> None:

@@ -599,8 +599,10 @@ def serve(control: socket.socket, host: int, prestart: Prestart | None = None) -
         reply({"prestart_done": started, "result": result})
 
     while True:
+        exited = False  # only a SIGCHLD (through the wakeup fd) means a child ended
         for key, _ in selector.select():
             if key.fd == wake_read:
+                exited = True
                 with contextlib.suppress(BlockingIOError):
                     while os.read(wake_read, 512):
                         pass
@@ -622,7 +624,8 @@ def serve(control: socket.socket, host: int, prestart: Prestart | None = None) -
                 reaping.kill(keepers[message["kill"]][0])
             for fd in fds:
                 os.close(fd)
-        reap()
+        if exited:
+            reap()
 
 
 def _read_line(fd: int) -> str:
