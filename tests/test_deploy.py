@@ -1152,6 +1152,20 @@ def test_image_installs_from_local_wheels_only() -> None:
     assert "--find-links /wheels" in install.group(0)
 
 
+def test_image_runs_the_host_as_pid_1_without_an_init() -> None:
+    """The chosen design: the host itself is the container's PID 1 (no tini or other init
+    installed or in the entry point), as tests/test_pid1.py runs it, and the reason is in
+    docs/operating.md."""
+    final = _final_stage(DOCKERFILES[0])
+    [entrypoint] = re.findall(r"(?m)^ENTRYPOINT (.*)$", final)
+    assert json.loads(entrypoint) == ["devicehost"]
+    for line in final.splitlines():
+        if not line.lstrip().startswith("#"):
+            assert not re.search(r"\b(tini|dumb-init|catatonit)\b", line), line
+    operating = (ROOT / "docs" / "operating.md").read_text()
+    assert "directly as PID 1" in operating
+
+
 def test_image_entrypoint_is_devicehost_run() -> None:
     """The image runs `devicehost run` by default."""
     final = _final_stage(DOCKERFILES[0])

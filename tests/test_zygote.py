@@ -18,6 +18,11 @@ from support import SCRIPTED, eventually, modules_after
 PROBES = ("probe-a", "probe-b")
 
 
+def zygote_of(worker: int) -> int:
+    """The zygote a worker came from: the parent of its keeper."""
+    return parent_of(parent_of(worker))
+
+
 def parent_of(pid: int) -> int:
     stat = Path(f"/proc/{pid}/stat").read_text()
     return int(stat.rsplit(")", 1)[1].split()[1])
@@ -37,9 +42,10 @@ def safe_parent(pid: int) -> int | None:
 def test_devicehost_run_forks_every_worker_from_one_zygote_without_grpc(
     tmp_path, plugin_dir, kubelet: KubeletStandIn
 ):
-    """Two drivers' workers have one parent, the zygote, a child of the host, each named
-    for ps and top; and none of gRPC, OpenTelemetry, the metadata reader or the Prometheus
-    client is loaded in them."""
+    """Two drivers' workers come from one zygote, a child of the host: each worker is the
+    child of its own keeper (its subreaper, see reliability.md), a child of the zygote;
+    each is named for ps and top; and none of gRPC, OpenTelemetry, the metadata reader or
+    the Prometheus client is loaded in them."""
     site = tmp_path / "site"
     for name in PROBES:
         write_distribution(
@@ -62,13 +68,15 @@ def test_devicehost_run_forks_every_worker_from_one_zygote_without_grpc(
         parents = set(map(int, re.findall(r"driver probe-.: parent pid: (\d+)", text)))
         loaded = re.findall(r"driver probe-.: host-only modules loaded: (.*)", text)
         assert loaded == ["[]", "[]"], text
-        [zygote] = parents
+        assert len(parents) == 2, text  # one keeper per worker
+        assert {name_of(keeper) for keeper in parents} == {"dh-keeper"}
+        [zygote] = {parent_of(keeper) for keeper in parents}
         assert zygote != host.pid
         assert parent_of(zygote) == host.pid
         # A fork keeps the host's command line: the name is what tells them apart in ps/top.
         assert name_of(zygote) == "dh-zygote"
         workers = [
-            int(p) for p in os.listdir("/proc") if p.isdigit() and safe_parent(int(p)) == zygote
+            int(p) for p in os.listdir("/proc") if p.isdigit() and safe_parent(int(p)) in parents
         ]
         assert sorted(name_of(pid) for pid in workers) == ["dh-probe-a", "dh-probe-b"]
         host.send_signal(signal.SIGTERM)
@@ -90,13 +98,13 @@ def test_a_killed_zygote_is_replaced_and_its_drivers_come_back(install, run_host
     kubelet.wait_devices("test.example/a", lambda d: len(d) == 2)
     handle = host.host.drivers["alpha"]
     first_zygote, first_worker = host.host.zygote.pid, handle.process.pid
-    assert first_zygote is not None and parent_of(first_worker) == first_zygote
+    assert first_zygote is not None and zygote_of(first_worker) == first_zygote
 
     os.kill(first_zygote, signal.SIGKILL)
     eventually(lambda: handle.process.pid != first_worker, timeout=20)
     eventually(lambda: handle.info.status is DriverStatus.ACTIVE, timeout=20)
     assert host.host.zygote.pid not in (None, first_zygote)
-    assert parent_of(handle.process.pid) == host.host.zygote.pid
+    assert zygote_of(handle.process.pid) == host.host.zygote.pid
     kubelet.wait_devices(
         "test.example/a", lambda d: all(x.health == "Healthy" for x in d.values()), timeout=20
     )
@@ -179,7 +187,7 @@ def test_devicehost_run_takes_over_workers_the_zygote_started_at_its_fork(
         assert "as the zygote listed them at its fork" in text, text
         taken = re.findall(r"driver '(probe-.)': worker \(pid (\d+)\) started by the zygote", text)
         assert sorted(name for name, _ in taken) == list(PROBES), text
-        zygotes = {parent_of(int(pid)) for _, pid in taken}
+        zygotes = {zygote_of(int(pid)) for _, pid in taken}
         assert len(zygotes) == 1 and parent_of(zygotes.pop()) == host.pid
         host.send_signal(signal.SIGTERM)
         assert host.wait(timeout=10) == 0
@@ -216,12 +224,14 @@ async def main():
     await worker.start(10)
     print("probe-a answers", await worker.call("devicehost_resources", 10))
     print("probe-a pid", worker.pid)
-    children = f"/proc/{zygote.pid}/task/{zygote.pid}/children"
+    def kept():  # the workers below the zygote's keepers
+        from devicehost.reaping import children
+        return [str(w.pid) for k in children(zygote.pid) for w in children(k.pid)]
     for _ in range(500):  # the killed workers are reaped by the zygote
-        if open(children).read().split() == [str(worker.pid)]:
+        if kept() == [str(worker.pid)]:
             break
         await asyncio.sleep(0.01)
-    print("zygote children", open(children).read().split())
+    print("zygote children", kept())
     await early.stop(1)
     await zygote.close()
 

@@ -367,8 +367,16 @@ def _host(config: HostConfig) -> Host:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # SIGHUP is ignored by the daemon, as documented, from its first moment: noted here
+    # and logged once its loop runs (``_serve``); any other command takes it as usual.
+    previous = _take_signal(signal.SIGHUP)
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command != "run" and previous is not None:
+        signal.signal(signal.SIGHUP, previous)
+        if signal.SIGHUP in _SIGNALS_BEFORE_LOOP:
+            _SIGNALS_BEFORE_LOOP.remove(signal.SIGHUP)
+            signal.raise_signal(signal.SIGHUP)
     misplaced = _misplaced_flags(args)
     if misplaced:
         _subparser(parser, args.command).error(
@@ -487,7 +495,7 @@ def _run(config: HostConfig) -> int:
     # Until the loop takes signals over (``_serve``), a SIGTERM is noted and honoured as
     # soon as the loop runs: the host stops as it would later (exit 0, the simulated tree
     # removed), instead of dying by the default action halfway through its imports.
-    signal.signal(signal.SIGTERM, _note_sigterm)
+    signal.signal(signal.SIGTERM, _note_signal)
     import functools
 
     from devicehost.drivers.zygote import Zygote
@@ -502,6 +510,12 @@ def _run(config: HostConfig) -> int:
             zygote = Zygote.fork(prestart)
         except OSError:  # no process to spare now: the first worker start spawns a fresh one
             zygote = Zygote()
+        from devicehost.subprocesses import become_subreaper
+
+        # The subreaper of its helpers' trees (as PID 1 of its container it is anyway):
+        # what a killed zygote's keepers leave is re-parented here and stopped
+        # (``_reap_strays``). After the fork: only the zygote's death re-parents anything.
+        become_subreaper()
         _setup_logging(config, config.log_level)
         # The span exporter and driver threads share the GIL with the request loop; a short
         # switch interval bounds how long a kubelet request can wait for it (default 5 ms).
@@ -514,15 +528,60 @@ def _run(config: HostConfig) -> int:
             import shutil
 
             shutil.rmtree(sim_root, ignore_errors=True)
+        from devicehost.reaping import stop_strays
+        from devicehost.subprocesses import HELPERS
+
+        stop_strays(HELPERS)  # nothing the drivers started outlives the host
     return 0
 
 
-#: a SIGTERM that arrived before the loop took signals over
-_SIGTERM_BEFORE_LOOP: list[int] = []
+#: SIGTERM and SIGHUP that arrived before the loop took signals over
+_SIGNALS_BEFORE_LOOP: list[int] = []
 
 
-def _note_sigterm(signum: int, frame: object) -> None:
-    _SIGTERM_BEFORE_LOOP.append(signum)
+def _note_signal(signum: int, frame: object) -> None:
+    _SIGNALS_BEFORE_LOOP.append(signum)
+
+
+def _take_signal(signum: int) -> signal._HANDLER | None:
+    """Note ``signum`` from now on (``_note_signal``); the handler it had, or None where
+    this is not the main thread (``main`` called from a test's thread)."""
+    try:
+        return signal.signal(signum, _note_signal)
+    except ValueError:
+        return None
+
+
+async def _reap_strays() -> None:
+    """Reap, and stop first if it still runs, every process re-parented to the host: as
+    PID 1 of its container every orphan there is its child, and as the subreaper of its
+    helpers' trees so is whatever a killed zygote's workers left. A child that ends or is
+    re-parented by a death always comes with a SIGCHLD (the dead helper's own), so the
+    host looks then and never polls."""
+    import asyncio
+
+    from devicehost.reaping import stop_strays
+    from devicehost.subprocesses import HELPERS
+
+    loop = asyncio.get_running_loop()
+    wake = asyncio.Event()
+    loop.add_signal_handler(signal.SIGCHLD, wake.set)
+    while True:
+        await wake.wait()
+        wake.clear()
+        try:
+            for stray in stop_strays(HELPERS):
+                if stray.zombie:
+                    log.debug("reaped process %d (%s)", stray.pid, stray.name)
+                else:
+                    log.warning(
+                        "stopped process %d (%s): re-parented to the host, left behind by "
+                        "a driver whose worker or zygote died",
+                        stray.pid,
+                        stray.name,
+                    )
+        except Exception:  # never ends: a host that stops reaping fills the pid table
+            log.exception("reaping re-parented processes failed; trying again at the next")
 
 
 def _plan_workers(config: HostConfig, sim_root: Path | None) -> Plan:
@@ -540,14 +599,26 @@ async def _serve(config: HostConfig, zygote: Zygote, sim_root: Path | None) -> N
     import asyncio
 
     stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    if _SIGTERM_BEFORE_LOOP:
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, _sighup_ignored)
+    reaper = asyncio.create_task(_reap_strays(), name="reap-strays")
+    if signal.SIGTERM in _SIGNALS_BEFORE_LOOP:
         stop.set()
+    if signal.SIGHUP in _SIGNALS_BEFORE_LOOP:
+        _sighup_ignored()
     from devicehost.drivers.early import start_workers
     from devicehost.lifecycle import serve
 
-    early = None if config.profiles else await start_workers(config, zygote, sim_root)
-    await serve(config, stop=stop, early=early, zygote=zygote)
+    try:
+        early = None if config.profiles else await start_workers(config, zygote, sim_root)
+        await serve(config, stop=stop, early=early, zygote=zygote)
+    finally:
+        reaper.cancel()
+
+
+def _sighup_ignored() -> None:
+    log.warning("SIGHUP ignored: devicehost does not reload its config; restart it to apply one")
 
 
 if __name__ == "__main__":

@@ -61,6 +61,8 @@ STREAM_GRACE_SECONDS = 0.05
 STOP_TASKS_SECONDS = 0.5
 METRICS_BIND_SECONDS = 1.0
 START_WAIT_SECONDS = 5.0
+#: /readyz fails once a driver that should serve has gone down this many runs in a row
+NOT_READY_AFTER_RUNS = 3
 WATCH_START_SECONDS = 1.0
 RUNNER_RETRY_SECONDS = 1.0
 #: ``extra`` of the log line for a driver that refused its config section
@@ -108,6 +110,7 @@ class Host:
                 pod_resolver, config.pod_resources_socket, config.plugin_dir / CHECKPOINT_FILE
             ),
         )
+        self.zygote.on_death = lambda: self.telemetry.metrics.helper_deaths.inc(helper="zygote")
         self.use_inotify = use_inotify
         self.plugins: PluginSet | None = early.plugins if early else None
         self.drivers: dict[str, DriverHandle] = {}
@@ -243,10 +246,30 @@ class Host:
             if r.runner is None or not r.runner.registered.is_set()
         ]
 
+    def drivers_down(self) -> list[str]:
+        """Drivers that should serve but have been down through ``NOT_READY_AFTER_RUNS``
+        runs in a row (their first restarts did not help), each with the reason
+        ``devicehost drivers`` shows. A driver that found no hardware (unavailable) is no
+        reason: a node without a vendor's devices is a ready node."""
+        return [
+            f"driver {name!r} is {h.info.status} (down {h.runs_down} times in a row): "
+            f"{h.info.reason}"
+            for name, h in sorted(self.drivers.items())
+            if h.runs_down >= NOT_READY_AFTER_RUNS
+            and h.info.status in (DriverStatus.RESTARTING, DriverStatus.CRASH_LOOPING)
+        ]
+
+    def not_ready(self) -> list[str]:
+        """Why /readyz fails: resources not registered, drivers down past their first
+        restarts; empty when ready."""
+        waiting = self.not_registered()
+        return ([f"not registered: {', '.join(waiting)}"] if waiting else []) + self.drivers_down()
+
     @property
     def ready(self) -> bool:
-        """True when every served resource is registered with the kubelet."""
-        return not self.not_registered()
+        """True when every served resource is registered with the kubelet and no driver
+        has been down past its first restarts."""
+        return not self.not_ready()
 
     def simulated_root(self, driver: str) -> Path | None:
         """The simulated tree of the driver named ``driver``, or None when not simulating."""
@@ -355,6 +378,9 @@ class Host:
             on_error=self.telemetry.driver_error,
             prestarted=self._early.workers.pop(info.name, None) if self._early else None,
             on_task_restart=self.telemetry.task_restarted,
+            on_start_failure=lambda name: self.telemetry.metrics.driver_start_failures.inc(
+                driver=name
+            ),
         )
         self.drivers[info.name] = handle
         self._driver_tasks.append(
@@ -674,7 +700,7 @@ class Host:
         server = StatusServer(
             address,
             self.telemetry.metrics.render,
-            self.not_registered,
+            self.not_ready,
             self.telemetry.task_restarted,
             self.driver_states,
         )

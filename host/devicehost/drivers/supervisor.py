@@ -72,6 +72,7 @@ class DriverHandle:
         on_error: Callable[[str, str], None] | None = None,
         prestarted: WorkerProcess | None = None,
         on_task_restart: Callable[[str], None] | None = None,
+        on_start_failure: Callable[[str], None] | None = None,
     ) -> None:
         self.info = info
         self.zygote = zygote
@@ -86,6 +87,9 @@ class DriverHandle:
         self.on_restart = on_restart
         self.on_error = on_error
         self.on_task_restart = on_task_restart
+        self.on_start_failure = on_start_failure
+        #: runs in a row that went down since the driver last served (0 while it serves)
+        self.runs_down = 0
         self.process: WorkerProcess | None = None
         self.hooks: frozenset[str] = frozenset()
         #: Set once the first run has brought the driver up, failed for good, or given up.
@@ -218,11 +222,14 @@ class DriverHandle:
             if isinstance(exc, WorkerExited):
                 why = f"its worker {exc}{self._tail(process)}"
             await process.kill(f"bringing it up failed: {why}")
+            if self.on_start_failure:
+                self.on_start_failure(self.name)
             self._down(why, on_down, attempt)
             raise WorkerDown(why, stable=False) from None
         if not self.settled.is_set():
             self.settled.set()
         self._mark(DriverStatus.ACTIVE)
+        self.runs_down = 0
         why = await asyncio.shield(process.exited)
         if self._stopping:
             return
@@ -234,6 +241,7 @@ class DriverHandle:
     def _down(self, why: str, on_down: Callable[[str], None], runs: int) -> None:
         """The worker went down after ``runs`` runs without a stable one."""
         log.error("driver %r is down: %s", self.name, why)
+        self.runs_down += 1
         self._mark(DriverStatus.RESTARTING, why)
         on_down(why)
         if runs >= CRASH_LOOP_RESTARTS:

@@ -43,7 +43,7 @@ from devicehost.drivers.protocol import (
     to_plain,
 )
 from devicehost.errors import DriverUnavailable, RequestRefused, UnknownDevice
-from devicehost.subprocesses import die_with_parent, name_process
+from devicehost.subprocesses import add_parent_pid_argument, die_with_parent, name_process
 
 log = logging.getLogger("devicehost.worker")
 #: the job entry that volunteers enumerations after a start-up sequence
@@ -329,8 +329,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--distribution", default="", help="distribution that provides it")
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--entry-point", default="", help="module:attribute of the driver")
+    add_parent_pid_argument(parser)
     args = parser.parse_args(argv)
-    die_with_parent()
+    die_with_parent(args.parent_pid)
     name_process(f"dh-{args.name}")
     # The driver's prints, and C libraries writing to fd 1, go to the log, not anywhere else.
     os.dup2(2, 1)

@@ -19,6 +19,7 @@ end of its stderr pipe)::
                   {"ping": n}                   the heartbeat (``HEARTBEAT_SECONDS``)
   zygote → host:  {"spawned": n, "pid": pid} | {"failed": n, "message": text}
                   {"exited": pid, "code": code} as subprocess reports it (-N: signal N)
+                  (pid: the worker's, never its keeper's)
                   {"pong": n}
                   {"prestarted": name, "pid": pid, "argv": [...], "sequence": [...]}
                                                 + 2 fds (the host's end of the worker's
@@ -33,12 +34,20 @@ the CPU the host leaves idle while it imports (a cold start's first ~100 ms), in
 after it; the plan reads entry-point metadata only and never imports a driver or policy
 in the zygote.
 
-The zygote reaps its children and reports each exit, so the host learns a worker's exit
-status although the worker is not its own child; kills go through the zygote, which knows
-whether the pid is still its child (no pid-reuse race). When the host goes away (EOF on
-the channel, or the kernel's ``PR_SET_PDEATHSIG``) the zygote kills its children and
-exits; if the zygote dies, its workers die with it (their own ``PR_SET_PDEATHSIG``) and
-the next start gets a fresh zygote.
+Each worker has a keeper (``keep``): the zygote forks the keeper, the keeper forks the
+worker. The keeper leads a session of its own and is the subreaper of the worker's tree,
+so whatever a driver forks, a detached daemon included, stays below it; when the worker
+ends it stops all that is left and reports the worker's exit code to the zygote through a
+pipe (docs/reliability.md, "Containment"). The host knows the worker's pid only.
+
+The zygote reaps its keepers and reports each worker's exit, so the host learns a worker's
+exit status although the worker is not its own child; kills go through the zygote, to the
+worker's keeper, which is still the zygote's child (no pid-reuse race). The zygote is a
+subreaper too and stops whatever a killed keeper left. When the host goes away (EOF on
+the channel, or the kernel's ``PR_SET_PDEATHSIG``) the zygote stops everything below it
+and exits; if the zygote dies, its keepers and workers die with it (their own
+``PR_SET_PDEATHSIG``), the host stops what they left, and the next start gets a fresh
+zygote.
 """
 
 from __future__ import annotations
@@ -129,11 +138,22 @@ class Prestarted:
 class _Process:
     """One zygote process and the host's end of its channel."""
 
-    def __init__(self, control: socket.socket, pid: int, poll: Callable[[], int | None]) -> None:
+    def __init__(
+        self,
+        control: socket.socket,
+        pid: int,
+        poll: Callable[[], int | None],
+        stderr: int | None = None,
+    ) -> None:
+        from devicehost.subprocesses import OutputTail
+
         self.control = control
         self.pid = pid
         self.poll = poll
         self.gone = False
+        #: its stderr (a pipe), read on the host's loop, logged and kept for its death's log
+        self.output = OutputTail(stderr, f"the zygote (pid {pid})", log) if stderr else None
+        self.output_open = self.output is not None
 
 
 class Zygote:
@@ -157,6 +177,8 @@ class Zygote:
         #: when the heartbeat's unanswered ping was sent (None: answered)
         self._ping_sent: float | None = None
         self._pongs: dict[int, asyncio.Event] = {}
+        #: called when a zygote dies while it has workers (counted as a helper's death)
+        self.on_death: Callable[[], None] | None = None
 
     @classmethod
     def fork(cls, prestart: Prestart | None = None) -> Zygote:
@@ -171,12 +193,17 @@ class Zygote:
         if threading.active_count() > 1 or "grpc" in sys.modules:
             return cls()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        stderr_read, stderr_write = os.pipe()
+        host = os.getpid()  # read before the fork: see ``die_with_parent``
         pid = os.fork()
         if pid == 0:  # the zygote
             code = 0
             try:
                 ours.close()
-                serve(theirs, prestart)
+                os.dup2(stderr_write, 2)
+                os.close(stderr_write)
+                os.close(stderr_read)
+                serve(theirs, host, prestart)
             except BaseException:
                 code = 1
                 with contextlib.suppress(BaseException):
@@ -184,14 +211,20 @@ class Zygote:
             finally:
                 os._exit(code)
         theirs.close()
-        return cls(_Process(ours, pid, _waitpid_poll(pid)), prestarting=prestart is not None)
+        os.close(stderr_write)
+        from devicehost.subprocesses import HELPERS
+
+        HELPERS.add(pid)
+        process = _Process(ours, pid, _waitpid_poll(pid), stderr_read)
+        return cls(process, prestarting=prestart is not None)
 
     @staticmethod
     def _spawn() -> _Process:
         from devicehost.subprocesses import host_environment, start_helper
 
-        ours, popen = start_helper(__name__, host_environment())
-        return _Process(ours, popen.pid, popen.poll)
+        ours, popen = start_helper(__name__, host_environment(), capture_stderr=True)
+        assert popen.stderr is not None
+        return _Process(ours, popen.pid, popen.poll, os.dup(popen.stderr.fileno()))
 
     @property
     def pid(self) -> int | None:
@@ -207,8 +240,11 @@ class Zygote:
             self._loop = None
             log.debug("zygote started (pid %d)", self._process.pid)
         if self._loop is not loop:
-            self._process.control.setblocking(False)
-            loop.add_reader(self._process.control.fileno(), self._on_readable, self._process)
+            process = self._process
+            process.control.setblocking(False)
+            loop.add_reader(process.control.fileno(), self._on_readable, process)
+            if process.output_open and process.output is not None:
+                loop.add_reader(process.output.fd, self._on_output, process)
             self._loop = loop
             self._heartbeat = loop.create_task(self._beat(self._process), name="zygote-heartbeat")
         return self._process
@@ -242,6 +278,13 @@ class Zygote:
                 return
             finally:
                 self._pongs.pop(beat, None)
+
+    def _on_output(self, process: _Process) -> None:
+        assert process.output is not None
+        if not process.output.read():
+            process.output_open = False
+            if self._loop is not None:
+                self._loop.remove_reader(process.output.fd)
 
     async def start(self, argv: Sequence[str], env: dict[str, str], fds: Sequence[int]) -> Child:
         """Fork a worker running ``python -m devicehost.drivers.worker <argv>`` with ``env``;
@@ -366,17 +409,18 @@ class Zygote:
         process.gone = True
         if self._loop is not None:
             self._loop.remove_reader(process.control.fileno())
+            if process.output_open and process.output is not None:
+                self._loop.remove_reader(process.output.fd)
             self._loop = None
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         process.control.close()
-        _reap_later(process)
         if self._children or self._starting:
-            log.error(
-                "the zygote (pid %d) that starts driver workers died; its workers were "
-                "killed with it and start again from a fresh one",
-                process.pid,
-            )
+            if self.on_death:
+                self.on_death()
+            _reap_later(process, _log_death)
+        else:
+            _reap_later(process, _close_output)
         self._prestart_done = True
         if self._prestart_event is not None:
             self._prestart_event.set()
@@ -405,6 +449,7 @@ class Zygote:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         process.control.close()
+        _close_output(process)
         deadline = time.monotonic() + CLOSE_SECONDS
         if self._ping_sent is not None and deadline - self._ping_sent > FROZEN_SECONDS:
             deadline = 0.0  # it answers a ping within ms: frozen, so kill it now
@@ -440,29 +485,64 @@ def _waitpid_poll(pid: int) -> Callable[[], int | None]:
     return poll
 
 
-def _reap_later(process: _Process, tries: int = 200) -> None:
-    """Collect a dead zygote's exit status (it may not be a zombie yet when EOF arrives)."""
+def _reap_later(
+    process: _Process, then: Callable[[_Process, int | None], None], tries: int = 200
+) -> None:
+    """Collect a dead zygote's exit status (it may not be a zombie yet when EOF arrives),
+    then call ``then`` with it (None if it never came)."""
     import asyncio
 
-    if process.poll() is None and tries:
+    code = process.poll()
+    if code is None and tries:
         with contextlib.suppress(RuntimeError):
-            asyncio.get_running_loop().call_later(0.01, _reap_later, process, tries - 1)
+            asyncio.get_running_loop().call_later(0.01, _reap_later, process, then, tries - 1)
+            return
+    then(process, code)
+
+
+def _close_output(process: _Process, code: int | None = None) -> None:
+    """Read what is left of a zygote's stderr (logged), and close it."""
+    if process.output_open and process.output is not None:
+        process.output_open = False
+        os.set_blocking(process.output.fd, False)
+        if process.output.read():  # its keepers may hold the pipe a moment longer
+            with contextlib.suppress(OSError):
+                os.close(process.output.fd)
+
+
+def _log_death(process: _Process, code: int | None) -> None:
+    from devicehost.subprocesses import exit_description
+
+    _close_output(process)
+    log.error(
+        "the zygote (pid %d) that starts driver workers died (%s)%s; its workers were "
+        "killed with it and start again from a fresh one",
+        process.pid,
+        exit_description(code),
+        process.output.text() if process.output else "",
+    )
 
 
 # -- the zygote's side -------------------------------------------------------------------
 
 
-def serve(control: socket.socket, prestart: Prestart | None = None) -> None:
+def serve(control: socket.socket, host: int, prestart: Prestart | None = None) -> None:
     """Start the planned workers (``prestart``), then fork workers on request until the
-    host closes the channel; then kill them and return."""
+    host (pid ``host``) closes the channel; then kill them and return."""
     import selectors
 
+    import devicehost.reaping as reaping
     from devicehost.drivers.protocol import encode
-    from devicehost.subprocesses import die_with_parent, name_process
+    from devicehost.subprocesses import become_subreaper, die_with_parent, name_process
 
-    die_with_parent()
+    die_with_parent(host)
+    # A group of its own: a signal to the host's process group (``timeout``, job control)
+    # reaches the host alone, which stops the zygote and its workers itself.
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
     name_process("dh-zygote")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the host decides when workers stop
+    for signum in (signal.SIGINT, signal.SIGHUP):  # the host decides when workers stop
+        signal.signal(signum, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     plan = None
     if prestart is not None:
@@ -479,39 +559,58 @@ def serve(control: socket.socket, prestart: Prestart | None = None) -> None:
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ)
     selector.register(wake_read, selectors.EVENT_READ)
-    children: set[int] = set()
+    #: worker pid → its keeper (the zygote's own child) and the read end of its report
+    keepers: dict[int, tuple[int, int]] = {}
+    become_subreaper()  # what a killed keeper's worker leaves is re-parented here
 
     def reply(message: dict[str, Any]) -> None:
         with contextlib.suppress(OSError):
             control.send(json.dumps(message).encode())
 
     def reap() -> None:
-        while children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if not pid:
-                return
-            children.discard(pid)
-            reply({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+        """Report each worker whose keeper ended; stop whatever else was re-parented here
+        (only what a killed keeper left: a live keeper holds all its worker's orphans)."""
+        by_keeper = {keeper: (pid, report) for pid, (keeper, report) in keepers.items()}
+        for child in reaping.children():
+            if child.pid not in by_keeper:
+                if not child.zombie:
+                    reaping.kill(child.pid)
+                reaping.reap(child.pid)
+                continue
+            code = reaping.reap(child.pid)
+            if code is None:
+                continue
+            pid, report = by_keeper[child.pid]
+            del keepers[pid]
+            reply({"exited": pid, "code": _worker_code(report, code)})
 
     def fork_worker(
         argv: list[str], env: dict[str, str], fds: list[int], not_theirs: Sequence[int] = ()
     ) -> int:
-        pid = os.fork()
-        if pid == 0:  # the worker
+        """Fork the worker's keeper, which forks the worker; return the worker's pid."""
+        zygote = os.getpid()
+        report_read, report_write = os.pipe()
+        keeper = os.fork()
+        if keeper == 0:
             try:
                 selector.close()
                 signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                for fd in (control.fileno(), wake_read, wake_write, *not_theirs):
+                for fd in (control.fileno(), wake_read, wake_write, report_read, *not_theirs):
                     os.close(fd)
-                become_worker(worker.main, argv, env, fds)
+                for held in keepers.values():
+                    os.close(held[1])
+                keep(worker.main, argv, env, fds, zygote, report_write)
             finally:
                 os._exit(BROKEN_CHILD)
-        children.add(pid)
-        return pid
+        os.close(report_write)
+        line = _read_line(report_read)
+        if not line.isdigit():  # the keeper could not fork the worker
+            os.close(report_read)
+            reaping.kill(keeper)
+            raise OSError(f"the worker's keeper (pid {keeper}) could not start it")
+        keepers[int(line)] = (keeper, report_read)
+        return int(line)
 
     def start(message: dict[str, Any], fds: list[int]) -> None:
         try:
@@ -557,8 +656,10 @@ def serve(control: socket.socket, prestart: Prestart | None = None) -> None:
         reply({"prestart_done": started, "result": result})
 
     while True:
+        exited = False  # only a SIGCHLD (through the wakeup fd) means a child ended
         for key, _ in selector.select():
             if key.fd == wake_read:
+                exited = True
                 with contextlib.suppress(BlockingIOError):
                     while os.read(wake_read, 512):
                         pass
@@ -567,22 +668,102 @@ def serve(control: socket.socket, prestart: Prestart | None = None) -> None:
                 data, fds, _, _ = socket.recv_fds(control, MAX_DATAGRAM, 2)
             except InterruptedError:
                 continue
-            if not data:  # the host closed its end, or died
-                for pid in children:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
+            if not data:  # the host closed its end, or died: everything below ends
+                reaping.stop_all_children()
                 return
             message = json.loads(data)
             if "spawn" in message and len(fds) == 2:
                 start(message, fds)
             elif "ping" in message:
                 reply({"pong": message["ping"]})
-            elif "kill" in message and message["kill"] in children:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(message["kill"], signal.SIGKILL)
+            elif "kill" in message and message["kill"] in keepers:
+                # The keeper, never the worker's pid (the keeper may have reaped it, and
+                # the pid be reused): the worker dies with it, and what it left is
+                # re-parented here and stopped (``reap``).
+                reaping.kill(keepers[message["kill"]][0])
             for fd in fds:
                 os.close(fd)
-        reap()
+        if exited:
+            reap()
+
+
+def _read_line(fd: int) -> str:
+    data = b""
+    while not data.endswith(b"\n"):
+        try:
+            chunk = os.read(fd, 32)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        data += chunk
+    return data.decode().strip()
+
+
+def _worker_code(report: int, keeper_code: int) -> int:
+    """The worker's exit code as its keeper reported it; a keeper that was killed (the
+    host asked, or the keeper was killed from outside) took its worker with it."""
+    try:
+        os.set_blocking(report, False)
+        line = _read_line(report)
+    except OSError:
+        line = ""
+    finally:
+        os.close(report)
+    with contextlib.suppress(ValueError):
+        return int(line)
+    return keeper_code if keeper_code < 0 else -signal.SIGKILL
+
+
+def keep(
+    main: Callable[[list[str]], None],
+    argv: list[str],
+    env: dict[str, str],
+    fds: list[int],
+    zygote: int,
+    report: int,
+) -> None:
+    """A worker's keeper: the small process between the zygote and one worker. It leads a
+    session of its own and is the subreaper of everything the worker starts, so whatever
+    a driver forks, daemons included, stays below it; it reaps those, and when the worker
+    ends it stops and reaps what is left, then reports the worker's exit code on
+    ``report`` (the worker's pid first, at once) and exits. Nothing a driver does reaches
+    the zygote or another driver's processes."""
+    import devicehost.reaping as reaping
+    from devicehost.subprocesses import become_subreaper, die_with_parent, name_process
+
+    die_with_parent(zygote)
+    with contextlib.suppress(OSError):
+        os.setsid()  # no terminal's signals; its own group and session
+    become_subreaper()
+    name_process("dh-keeper")
+    keeper = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(report)
+            for signum in (signal.SIGHUP, signal.SIGTERM):  # a driver's process as usual
+                signal.signal(signum, signal.SIG_DFL)
+            become_worker(main, [*argv, "--parent-pid", str(keeper)], env, fds)
+        finally:
+            os._exit(BROKEN_CHILD)
+    for fd in fds:
+        os.close(fd)
+    os.write(report, f"{pid}\n".encode())
+    code = -signal.SIGKILL
+    while True:
+        try:
+            done, status = os.waitpid(-1, 0)  # the worker, and orphans re-parented here
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            break
+        if done == pid:
+            code = os.waitstatus_to_exitcode(status)
+            break
+    reaping.stop_all_children()
+    with contextlib.suppress(OSError):
+        os.write(report, f"{code}\n".encode())
 
 
 def become_worker(
@@ -607,10 +788,13 @@ def become_worker(
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
+    from devicehost.subprocesses import add_parent_pid_argument
+
     parser = argparse.ArgumentParser(prog=f"python -m {__name__}")
     parser.add_argument("--fd", type=int, required=True, help="the channel's file descriptor")
+    add_parent_pid_argument(parser)
     args = parser.parse_args(argv)
-    serve(socket.socket(fileno=args.fd))
+    serve(socket.socket(fileno=args.fd), args.parent_pid)
 
 
 if __name__ == "__main__":

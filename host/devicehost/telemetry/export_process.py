@@ -46,6 +46,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace import SpanKind, StatusCode
 
 from devicehost.subprocesses import (
+    add_parent_pid_argument,
     die_with_parent,
     host_environment,
     name_process,
@@ -462,8 +463,9 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(prog=f"python -m {__name__}")
     parser.add_argument("--fd", type=int, required=True, help="the channel's file descriptor")
+    add_parent_pid_argument(parser)
     args = parser.parse_args(argv)
-    die_with_parent()
+    die_with_parent(args.parent_pid)
     name_process("dh-spans")
     with contextlib.suppress(OSError):
         os.nice(NICENESS)

@@ -284,6 +284,18 @@ class Metrics:
             "devicehost_spans_dropped_total",
             "Finished spans dropped before export (exporter behind, down or restarting).",
         )
+        self.driver_start_failures = Counter(
+            self,
+            "devicehost_driver_start_failures_total",
+            "Times a driver's worker could not be started or brought up.",
+            ("driver",),
+        )
+        self.helper_deaths = Counter(
+            self,
+            "devicehost_helper_deaths_total",
+            "Times one of the host's helper processes died while the host ran.",
+            ("helper",),
+        )
         self._series: tuple[Counter | Histogram, ...] = (
             self.allocations,
             self.allocate_duration,
@@ -294,6 +306,8 @@ class Metrics:
             self.task_restarts,
             self.node_file_errors,
             self.spans_dropped,
+            self.driver_start_failures,
+            self.helper_deaths,
         )
 
     def series_of(self, metric: Counter | Histogram, labels: dict[str, str]) -> Series:

@@ -82,9 +82,9 @@ class StatusServer:
         if path == "/drivers" and self.drivers is not None:
             return 200, "application/json", json.dumps(self.drivers(), indent=2) + "\n"
         if path == "/readyz":
-            waiting = self.not_ready()
-            if waiting:
-                return 503, "text/plain", "not registered: " + ", ".join(waiting) + "\n"
+            reasons = self.not_ready()
+            if reasons:
+                return 503, "text/plain", "".join(f"{reason}\n" for reason in reasons)
             return 200, "text/plain", "ok\n"
         return 404, "text/plain", "not found: try /metrics, /healthz or /readyz\n"
 
