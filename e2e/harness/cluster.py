@@ -61,7 +61,8 @@ DGX = NodeSpec(
     },
 )
 ATLAS = NodeSpec("atlas", "atlas-800-9000", {"feature.node.kubernetes.io/pci-19e5.present": "true"})
-PLAIN = NodeSpec("plain", "", {})
+# No accelerator, so no NFD label of the base's affinity; the e2e overlay selects it by this one.
+PLAIN = NodeSpec("plain", "", {"e2e.devicehost.io/plain": "true"})
 
 
 @dataclass
@@ -136,6 +137,8 @@ class Cluster:
     def up(self) -> None:
         """Control plane, Jaeger, then every node; returns once every node is Ready."""
         self._make_netns(self.cp_netns)
+        # The control plane's one address, on its loopback: served before any node exists.
+        _run("ip", "-n", self.cp_netns, "addr", "add", f"{CP_ADDRESS}/32", "dev", "lo")
         self._certificates()
         self._start_etcd()
         self._start_apiserver()
@@ -339,6 +342,8 @@ state = "{c}/state"
   enable_cdi = true
   cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
   restrict_oom_score_adj = true
+  # Pods' network namespaces under the node's own state, not in the machine's /run/netns.
+  netns_mounts_under_state_dir = true
 [{runtime}.containerd]
   default_runtime_name = "runc"
 [{runtime}.containerd.runtimes.runc]
@@ -556,9 +561,8 @@ state = "{c}/state"
         _run("ip", "link", "set", cp_end, "netns", self.cp_netns)
         _run("ip", "link", "set", node_end, "netns", netns)
         cp = ("ip", "-n", self.cp_netns)
-        _run(*cp, "addr", "add", f"{CP_ADDRESS}/32", "dev", cp_end)
         _run(*cp, "link", "set", cp_end, "up")
-        _run(*cp, "route", "add", f"{address}/32", "dev", cp_end)
+        _run(*cp, "route", "add", f"{address}/32", "dev", cp_end, "src", CP_ADDRESS)
         _run(*cp, "route", "add", pod_subnet(index), "via", address, "dev", cp_end)
         nd = ("ip", "-n", netns)
         _run(*nd, "addr", "add", f"{address}/32", "dev", node_end)

@@ -126,3 +126,33 @@ def device_resources(cluster: Cluster, node: str) -> dict[str, str]:
         for k, v in allocatable(cluster, node).items()
         if k.startswith(VENDOR_PREFIXES) and v != "0"
     }
+
+
+# One line per process of the container: pid, parent pid, command line (the image has no
+# procps; the shell's builtins and tr do). The listing shell itself is left out.
+_PROCESSES = r"""
+for d in /proc/[0-9]*; do
+  p="${d#/proc/}"; [ "$p" = "$$" ] && continue
+  ppid="$(sed -n 's/^PPid:[[:space:]]*//p' "$d/status" 2>/dev/null)"
+  [ -n "$ppid" ] && echo "$p $ppid $(tr '\0' ' ' < "$d/cmdline")"
+done; true
+"""
+
+
+def container_processes(cluster: Cluster, namespace: str, name: str) -> list[tuple[int, int, str]]:
+    """(pid, parent pid, command line) of every process the container's shell can see."""
+    out = []
+    for line in exec_in(cluster, namespace, name, _PROCESSES).splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
+            out.append((int(parts[0]), int(parts[1]), parts[2].strip()))
+    return out
+
+
+def devicehost_tree(cluster: Cluster, namespace: str, name: str) -> tuple[int, int, list[int]]:
+    """The host's pid, its zygote's, and the zygote's children (the drivers' workers)."""
+    procs = container_processes(cluster, namespace, name)
+    ours = {pid for pid, _, cmd in procs if "devicehost run" in cmd}
+    host = next(pid for pid, ppid, _ in procs if pid in ours and ppid not in ours)
+    zygote = next(pid for pid, ppid, _ in procs if pid in ours and ppid == host)
+    return host, zygote, sorted(pid for pid, ppid, _ in procs if ppid == zygote)

