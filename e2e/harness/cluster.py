@@ -481,15 +481,18 @@ state = "{c}/state"
             [*self._enter(self.cp_netns, None), *argv], capture_output=True, text=True, check=False
         )
 
-    def kubectl(
-        self, *args: str, check: bool = True, input: str | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        argv = [
+    def kubectl_argv(self) -> list[str]:
+        """kubectl as the cluster's admin, run in the control plane's namespace."""
+        return [
             *self._enter(self.cp_netns, None),
             str(self.bins.kubernetes / "kubectl"),
             f"--kubeconfig={self.admin_kubeconfig}",
-            *args,
         ]
+
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [*self.kubectl_argv(), *args]
         done = subprocess.run(argv, capture_output=True, text=True, input=input, check=False)
         if check and done.returncode:
             raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
@@ -606,18 +609,17 @@ def teardown(state: Path) -> None:
     for pid in holders.values():
         with contextlib.suppress(OSError):
             namespaces.add(os.readlink(f"/proc/{pid}/ns/mnt"))
-    # Kubelets first, so nothing restarts containers while they are being stopped.
-    order = sorted(record.pids, key=lambda n: (not n.endswith("-kubelet"), n))
-    for name in order:
-        if not name.endswith("-mountns"):
-            _stop(record.pids[name])
+    # Kubelets first and at once, so nothing restarts containers while they are stopped;
+    # then everything else together, each given 10 s to exit before SIGKILL.
+    kubelets = [p for n, p in record.pids.items() if n.endswith("-kubelet")]
+    _stop_all(kubelets, grace=0)
+    _stop_all([p for n, p in record.pids.items() if not n.endswith(("-kubelet", "-mountns"))])
     # containerd's shims live in the node's mount namespace, their containers in
     # namespaces of their own below them: the shims and all their descendants.
     for pid in _with_descendants(_pids_in_mount_namespaces(namespaces)):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    for pid in holders.values():
-        _stop(pid)
+    _stop_all(list(holders.values()))
     for name in record.netns:
         subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)
     for link in record.links:
@@ -656,15 +658,20 @@ def _with_descendants(pids: list[int]) -> list[int]:
     return sorted(found)
 
 
-def _stop(pid: int) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def _stop_all(pids: list[int], grace: float = 10) -> None:
+    """SIGTERM to each process group (SIGKILL at once with no grace), then SIGKILL to
+    whatever is still alive after ``grace`` seconds."""
+    first = signal.SIGTERM if grace else signal.SIGKILL
+    for pid in pids:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, sig)
-        deadline = time.monotonic() + 10
-        while _alive(pid, None) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if not _alive(pid, None):
-            return
+            os.killpg(pid, first)
+    deadline = time.monotonic() + max(grace, 5)
+    while any(_alive(p, None) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in pids:
+        if _alive(pid, None):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
 
 
 def _alive(pid: int, proc: subprocess.Popen[bytes] | None) -> bool:

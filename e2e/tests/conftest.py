@@ -40,6 +40,7 @@ CACHE = Path(
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "nodes(*names): needs these nodes (skipped without)")
+    config.addinivalue_line("markers", "bench: a measurement, run by make bench-e2e")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -99,7 +100,7 @@ def installed(cluster: Cluster) -> Cluster:
 @pytest.fixture
 def ns(installed: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
     """A namespace of the test's own, deleted (with its pods) after it."""
-    name = "t-" + re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:50]
+    name = "t-" + re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:50].strip("-")
     installed.kubectl("create", "namespace", name)
     yield name
     installed.kubectl("delete", "namespace", name, "--wait=true", "--timeout=120s", check=False)

@@ -4,6 +4,7 @@ pod's UID through Jaeger's query API."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import urllib.parse
 
@@ -57,6 +58,29 @@ def test_kubelet_pod_start_spans_found_by_pod_uid(installed: Cluster, gpu_pod_ui
 def test_devicehost_allocate_span_found_by_pod_uid(installed: Cluster, gpu_pod_uid: str) -> None:
     """devicehost's Allocate span for the pod carries its UID, so one search finds it."""
     found = wait_for(
-        lambda: traces(installed, "devicehost", {"k8s.pod.uid": gpu_pod_uid}), 60, "spans"
+        lambda: traces(installed, "devicehost", {"k8s.pod.uid": gpu_pod_uid}), 45, "spans"
     )
     assert any("Allocate" in name for name in span_names(found)), span_names(found)
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium package")
+@pytest.mark.nodes("dgx")
+def test_jaeger_ui_shows_the_pod_start(installed: Cluster, gpu_pod_uid: str) -> None:
+    """Jaeger's UI renders the kubelet's pod-start trace for the pod; headless Chromium
+    (in the control plane's namespace, where the UI listens) saves it as a PNG in the logs
+    directory: jaeger-pod-start.png (docs/observability.md shows one)."""
+    found = wait_for(
+        lambda: traces(installed, "kubelet", {"k8s.pod.uid": gpu_pod_uid}), 90, "kubelet spans"
+    )
+    trace = next(t for t in found if any(s["operationName"] == "syncPod" for s in t["spans"]))
+    png = installed.logs / "jaeger-pod-start.png"
+    done = installed.in_control_plane(
+        [
+            *("chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"),
+            *("--no-first-run", "--disable-extensions", "--window-size=1600,900"),
+            "--virtual-time-budget=15000",
+            f"--screenshot={png}",
+            f"http://127.0.0.1:16686/trace/{trace['traceID']}",
+        ]
+    )
+    assert png.exists() and png.stat().st_size > 10_000, done.stderr[-2000:]
