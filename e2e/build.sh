@@ -129,6 +129,7 @@ build_jaeger() {
 }
 
 main() {
+  command -v go >/dev/null || { echo "build.sh: needs Go (1.25 or newer) on PATH" >&2; exit 1; }
   need_packages
   mkdir -p "$CACHE"
   local comps=("$@")

@@ -4,7 +4,6 @@ pod's UID through Jaeger's query API."""
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import urllib.parse
 
@@ -47,6 +46,16 @@ def test_kubelet_pod_start_spans_found_by_pod_uid(installed: Cluster, gpu_pod_ui
         lambda: traces(installed, "kubelet", {"k8s.pod.uid": gpu_pod_uid}), 90, "kubelet spans"
     )
     assert "syncPod" in span_names(found), span_names(found)
+    # What the search found, kept with the logs (docs/observability.md quotes one).
+    spans = sorted(
+        (
+            {"operation": sp["operationName"], "duration_us": sp["duration"]}
+            for t in found
+            for sp in t["spans"]
+        ),
+        key=lambda sp: -sp["duration_us"],
+    )
+    (installed.logs / "jaeger-pod-start.json").write_text(json.dumps(spans, indent=1))
 
 
 @pytest.mark.xfail(
@@ -61,26 +70,3 @@ def test_devicehost_allocate_span_found_by_pod_uid(installed: Cluster, gpu_pod_u
         lambda: traces(installed, "devicehost", {"k8s.pod.uid": gpu_pod_uid}), 45, "spans"
     )
     assert any("Allocate" in name for name in span_names(found)), span_names(found)
-
-
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium package")
-@pytest.mark.nodes("dgx")
-def test_jaeger_ui_shows_the_pod_start(installed: Cluster, gpu_pod_uid: str) -> None:
-    """Jaeger's UI renders the kubelet's pod-start trace for the pod; headless Chromium
-    (in the control plane's namespace, where the UI listens) saves it as a PNG in the logs
-    directory: jaeger-pod-start.png (docs/observability.md shows one)."""
-    found = wait_for(
-        lambda: traces(installed, "kubelet", {"k8s.pod.uid": gpu_pod_uid}), 90, "kubelet spans"
-    )
-    trace = next(t for t in found if any(s["operationName"] == "syncPod" for s in t["spans"]))
-    png = installed.logs / "jaeger-pod-start.png"
-    done = installed.in_control_plane(
-        [
-            *("chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"),
-            *("--no-first-run", "--disable-extensions", "--window-size=1600,900"),
-            "--virtual-time-budget=15000",
-            f"--screenshot={png}",
-            f"http://127.0.0.1:16686/trace/{trace['traceID']}",
-        ]
-    )
-    assert png.exists() and png.stat().st_size > 10_000, done.stderr[-2000:]
