@@ -620,6 +620,7 @@ def teardown(state: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     _stop_all(list(holders.values()))
+    _remove_container_cgroups(state)
     for name in record.netns:
         subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)
     for link in record.links:
@@ -628,6 +629,17 @@ def teardown(state: Path) -> None:
         with contextlib.suppress(OSError):
             Path(d).rmdir()
     path.unlink()
+
+
+def _remove_container_cgroups(state: Path) -> None:
+    """The cgroups runc made for this run's containers (named by container ID under
+    containerd's k8s.io parent): a killed shim leaves them behind, empty."""
+    tasks = state.glob("nodes/*/containerd/state/io.containerd.runtime.v2.task/k8s.io/*")
+    ids = {t.name for t in tasks}
+    for controller in Path("/sys/fs/cgroup").iterdir():
+        for cid in ids:
+            with contextlib.suppress(OSError):
+                (controller / "k8s.io" / cid).rmdir()
 
 
 def _pids_in_mount_namespaces(namespaces: set[str]) -> list[int]:

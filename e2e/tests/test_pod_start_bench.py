@@ -91,7 +91,12 @@ def test_pod_start_with_and_without_a_device(installed: Cluster, ns: str) -> Non
             items = [pod_manifest(n, limits, node="dgx") for n in names]
             t0 = time.monotonic()
             installed.kubectl(
-                "-n", ns, "create", "-f", "-", input=json.dumps({"kind": "List", "items": items})
+                "-n",
+                ns,
+                "create",
+                "-f",
+                "-",
+                input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
             )
             wait_for(lambda names=names: all(n in watch.running for n in names), 300, "wave")
             times[side] += [watch.running[n] - t0 for n in names]
