@@ -6,8 +6,9 @@ import pytest
 from harness.cluster import Cluster
 from harness.pods import create_pod, environment, exec_in, pod_manifest, wait_running
 
-# A simulated node's device nodes must exist at the host paths Allocate names (issue 28,
-# item 4, worked on separately): until then a container asking for them does not start.
+# A simulated node's device nodes must exist at the host paths Allocate names, as character
+# devices (being added to the simulations): until then a container asking for them does
+# not start.
 NEEDS_DEVICE_NODES = pytest.mark.xfail(
     strict=True,
     reason="simulated nodes have no character devices at the host paths Allocate names yet",

@@ -60,8 +60,8 @@ def test_kubelet_pod_start_spans_found_by_pod_uid(installed: Cluster, gpu_pod_ui
 
 @pytest.mark.xfail(
     strict=True,
-    reason="devicehost's spans do not carry k8s.pod.uid yet (issue 28 item 6, worked on "
-    "separately)",
+    reason="devicehost's spans do not carry k8s.pod.uid yet (the semantic-convention keys "
+    "are being added)",
 )
 @pytest.mark.nodes("dgx")
 def test_devicehost_allocate_span_found_by_pod_uid(installed: Cluster, gpu_pod_uid: str) -> None:
