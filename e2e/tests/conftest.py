@@ -33,7 +33,7 @@ from harness.cluster import (  # noqa: E402
 REPO = E2E.parent
 # DEVICEHOST_E2E_OVERLAY installs another overlay instead: how each scenario was seen
 # failing against a deliberately broken manifest (docs/e2e.md).
-OVERLAY = Path(os.environ.get("DEVICEHOST_E2E_OVERLAY") or REPO / "deploy" / "overlays" / "e2e")
+OVERLAY = Path(os.environ.get("DEVICEHOST_E2E_OVERLAY") or E2E / "manifests")
 CACHE = Path(
     os.environ.get("DEVICEHOST_E2E_CACHE")
     or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "devicehost-e2e"
