@@ -150,9 +150,11 @@ def container_processes(cluster: Cluster, namespace: str, name: str) -> list[tup
 
 
 def devicehost_tree(cluster: Cluster, namespace: str, name: str) -> tuple[int, int, list[int]]:
-    """The host's pid, its zygote's, and the zygote's children (the drivers' workers)."""
+    """The host's pid, its zygote's, and the drivers' workers: each worker is the child of
+    a keeper the zygote forked for it (docs/reliability.md, "Containment")."""
     procs = container_processes(cluster, namespace, name)
     ours = {pid for pid, _, cmd in procs if "devicehost run" in cmd}
     host = next(pid for pid, ppid, _ in procs if pid in ours and ppid not in ours)
     zygote = next(pid for pid, ppid, _ in procs if pid in ours and ppid == host)
-    return host, zygote, sorted(pid for pid, ppid, _ in procs if ppid == zygote)
+    keepers = {pid for pid, ppid, _ in procs if pid in ours and ppid == zygote}
+    return host, zygote, sorted(pid for pid, ppid, _ in procs if pid in ours and ppid in keepers)

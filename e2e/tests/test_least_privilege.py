@@ -53,11 +53,6 @@ def test_pod_runs_with_exactly_the_manifests_mounts_and_security(installed: Clus
     assert device_resources(installed, "dgx").get("nvidia.com/gpu") == "8"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the e2e overlay shares the pod's process namespace until the host serves as its "
-    "container's PID 1 (pid1-workaround.yaml)",
-)
 @pytest.mark.nodes("dgx")
 def test_devicehost_is_pid_1_of_its_container(installed: Cluster) -> None:
     """No shared process namespace: the host is the container's first process, and serves."""

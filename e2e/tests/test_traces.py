@@ -58,11 +58,6 @@ def test_kubelet_pod_start_spans_found_by_pod_uid(installed: Cluster, gpu_pod_ui
     (installed.logs / "jaeger-pod-start.json").write_text(json.dumps(spans, indent=1))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="devicehost's spans do not carry k8s.pod.uid yet (the semantic-convention keys "
-    "are being added)",
-)
 @pytest.mark.nodes("dgx")
 def test_devicehost_allocate_span_found_by_pod_uid(installed: Cluster, gpu_pod_uid: str) -> None:
     """devicehost's Allocate span for the pod carries its UID, so one search finds it."""
