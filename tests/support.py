@@ -28,7 +28,7 @@ UNHURRIED_SECONDS = 60.0
 def python_probe(code: str) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter with this one's import path: what a process
     imports can only be seen from a process that has imported nothing yet."""
-    from devicehost.subprocesses import host_environment
+    from devicehost.system.subprocesses import host_environment
 
     return subprocess.run(
         [sys.executable, "-c", code], env=host_environment(), capture_output=True, text=True

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from devicehost.reaping import Proc
+from devicehost.system.reaping import Proc
 from devicehost.testing import write_distribution
 from support import eventually
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from devicehost.reaping import Proc, children
+from devicehost.system.reaping import Proc, children
 from devicehost.testing import KubeletStandIn, OtlpReceiver, write_distribution
 from support import eventually
 

@@ -188,7 +188,7 @@ def test_a_worker_imports_neither_grpc_nor_opentelemetry():
 def test_name_and_version_come_from_the_metadata_headers_only():
     """The description after the headers may quote header lines; they are not the
     distribution's own (core metadata: headers end at the first blank line)."""
-    from devicehost.drivers.discovery import name_and_version
+    from devicehost.system.entry_points import name_and_version
 
     metadata = (
         "Metadata-Version: 2.1\nName: devicehost-acme\nVersion: 2.3.1\n"

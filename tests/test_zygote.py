@@ -225,7 +225,7 @@ async def main():
     print("probe-a answers", await worker.call("devicehost_resources", 10))
     print("probe-a pid", worker.pid)
     def kept():  # the workers below the zygote's keepers
-        from devicehost.reaping import children
+        from devicehost.system.reaping import children
         return [str(w.pid) for k in children(zygote.pid) for w in children(k.pid)]
     for _ in range(500):  # the killed workers are reaped by the zygote
         if kept() == [str(worker.pid)]:

@@ -510,7 +510,7 @@ def _run(config: HostConfig) -> int:
             zygote = Zygote.fork(prestart)
         except OSError:  # no process to spare now: the first worker start spawns a fresh one
             zygote = Zygote()
-        from devicehost.subprocesses import become_subreaper
+        from devicehost.system.subprocesses import become_subreaper
 
         # The subreaper of its helpers' trees (as PID 1 of its container it is anyway):
         # what a killed zygote's keepers leave is re-parented here and stopped
@@ -528,8 +528,8 @@ def _run(config: HostConfig) -> int:
             import shutil
 
             shutil.rmtree(sim_root, ignore_errors=True)
-        from devicehost.reaping import stop_strays
-        from devicehost.subprocesses import HELPERS
+        from devicehost.system.reaping import stop_strays
+        from devicehost.system.subprocesses import HELPERS
 
         stop_strays(HELPERS)  # nothing the drivers started outlives the host
     return 0
@@ -560,8 +560,8 @@ async def _reap_strays() -> None:
     host looks then and never polls."""
     import asyncio
 
-    from devicehost.reaping import stop_strays
-    from devicehost.subprocesses import HELPERS
+    from devicehost.system.reaping import stop_strays
+    from devicehost.system.subprocesses import HELPERS
 
     loop = asyncio.get_running_loop()
     wake = asyncio.Event()

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from devicehost import descriptors, profiles, supervision
+from devicehost import profiles
 from devicehost.compose import PolicyChain
 from devicehost.config import HostConfig
 from devicehost.drivers.discovery import DriverInfo, DriverStatus, PluginSet, load_plugins
@@ -45,6 +45,7 @@ from devicehost.kubelet.servicer import DevicePluginServicer
 from devicehost.model import ResourceSpec
 from devicehost.simulated_paths import spec_on_node
 from devicehost.simulation import driver_root, make_sim_root
+from devicehost.system import descriptors, supervision
 from devicehost.telemetry.facade import Telemetry
 from devicehost.telemetry.metrics import Gauge
 from devicehost.telemetry.pods import PodLookup

@@ -57,7 +57,7 @@ def _contributed() -> list[_Contributed]:
     """The ``devicehost.nodes`` entry points, from the installed metadata (nothing imported)."""
     from importlib_metadata import entry_points
 
-    from devicehost.drivers.discovery import name_and_version
+    from devicehost.system.entry_points import name_and_version
 
     found = []
     for ep in entry_points().select(group=NODE_GROUP):
@@ -90,7 +90,7 @@ def check_node(node: str, source: str) -> None:
 
 _LOAD_DESCRIPTIONS = """
 import json, sys
-from devicehost.drivers.discovery import load_object
+from devicehost.system.entry_points import load_object
 answers = {}
 for value in json.loads(sys.argv[1]):
     try:

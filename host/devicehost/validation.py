@@ -16,7 +16,6 @@ from typing import Any
 
 from devicehost.edit_policy import edits_problem
 from devicehost.errors import DriverError
-from devicehost.kubelet.plugin_dir import MAX_SOCKET_PATH_BYTES
 from devicehost.model import (
     MAX_DEVICE_ID_LENGTH,
     ContainerEdits,
@@ -28,6 +27,7 @@ from devicehost.model import (
     ResourceSpec,
     device_id_problem,
 )
+from devicehost.system.sockets import MAX_SOCKET_PATH_BYTES
 
 #: Linux supports at most 1024 NUMA nodes (CONFIG_NODES_SHIFT ≤ 10).
 MAX_NUMA_NODE = 1023

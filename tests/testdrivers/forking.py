@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from devicehost import hookimpl
-from devicehost.subprocesses import name_process
+from devicehost.system.subprocesses import name_process
 from testdrivers.scripted import Scripted
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import importlib
 import inspect
 import logging
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ if TYPE_CHECKING:
     from importlib_metadata import EntryPoint
 
 from devicehost.errors import ConfigError
+from devicehost.system.entry_points import load_object, name_and_version
 
 log = logging.getLogger(__name__)
 
@@ -122,23 +122,6 @@ def _distribution_of(ep: EntryPoint) -> tuple[str, str]:
     return name_and_version(dist.read_text("METADATA") or dist.read_text("PKG-INFO") or "")
 
 
-def name_and_version(metadata: str) -> tuple[str, str]:
-    """``Name`` and ``Version`` from core metadata's header lines (``?`` when missing).
-
-    Both are mandatory single-line fields, so the header lines suffice; the headers end at
-    the first blank line, where the description begins. ``Distribution.metadata`` would
-    import and run the email parser instead: about 15 ms of every cold start.
-    """
-    fields: dict[str, str] = {}
-    for line in metadata.splitlines():
-        if not line.strip():
-            break
-        key, colon, value = line.partition(":")
-        if colon and key in ("Name", "Version"):
-            fields.setdefault(key, value.strip())
-    return fields.get("Name") or "?", fields.get("Version") or "?"
-
-
 def _selected(name: str, allow: Sequence[str] | None, deny: Sequence[str]) -> str | None:
     if name in deny:
         return "blocked by the disabled-drivers list"
@@ -229,16 +212,6 @@ def _list_drivers(
         infos.append(info)
     _check_selection(allow, deny, set(owners))
     return drivers, infos
-
-
-def load_object(value: str) -> Any:
-    """The object an entry-point value (``module:attribute``) names, as
-    ``EntryPoint.load`` finds it."""
-    module, _, attribute = value.partition(":")
-    obj = importlib.import_module(module.strip())
-    for part in filter(None, attribute.strip().split(".")):
-        obj = getattr(obj, part)
-    return obj
 
 
 def _load_policies(plugins: PluginSet, policies: list[Listed]) -> None:

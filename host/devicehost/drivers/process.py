@@ -24,7 +24,6 @@ import socket
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from devicehost import supervision
 from devicehost.drivers.plan import early_sequence, worker_argv, worker_environment
 from devicehost.drivers.protocol import (
     HEADER,
@@ -43,6 +42,7 @@ from devicehost.errors import (
     RequestRefused,
     UnknownDevice,
 )
+from devicehost.system import supervision
 
 log = logging.getLogger(__name__)
 _NONE: Any = object()  # no volunteered answer

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from devicehost import hookspecs
-from devicehost.drivers.discovery import load_object
 from devicehost.drivers.plugin_manager import new_plugin_manager, register
 from devicehost.drivers.protocol import (
     HEADER,
@@ -43,7 +42,8 @@ from devicehost.drivers.protocol import (
     to_plain,
 )
 from devicehost.errors import DriverUnavailable, RequestRefused, UnknownDevice
-from devicehost.subprocesses import add_parent_pid_argument, die_with_parent, name_process
+from devicehost.system.entry_points import load_object
+from devicehost.system.subprocesses import add_parent_pid_argument, die_with_parent, name_process
 
 log = logging.getLogger("devicehost.worker")
 #: the job entry that volunteers enumerations after a start-up sequence

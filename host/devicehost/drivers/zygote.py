@@ -145,7 +145,7 @@ class _Process:
         poll: Callable[[], int | None],
         stderr: int | None = None,
     ) -> None:
-        from devicehost.subprocesses import OutputTail
+        from devicehost.system.subprocesses import OutputTail
 
         self.control = control
         self.pid = pid
@@ -212,7 +212,7 @@ class Zygote:
                 os._exit(code)
         theirs.close()
         os.close(stderr_write)
-        from devicehost.subprocesses import HELPERS
+        from devicehost.system.subprocesses import HELPERS
 
         HELPERS.add(pid)
         process = _Process(ours, pid, _waitpid_poll(pid), stderr_read)
@@ -220,7 +220,7 @@ class Zygote:
 
     @staticmethod
     def _spawn() -> _Process:
-        from devicehost.subprocesses import host_environment, start_helper
+        from devicehost.system.subprocesses import host_environment, start_helper
 
         ours, popen = start_helper(__name__, host_environment(), capture_stderr=True)
         assert popen.stderr is not None
@@ -511,7 +511,7 @@ def _close_output(process: _Process, code: int | None = None) -> None:
 
 
 def _log_death(process: _Process, code: int | None) -> None:
-    from devicehost.subprocesses import exit_description
+    from devicehost.system.subprocesses import exit_description
 
     _close_output(process)
     log.error(
@@ -531,9 +531,9 @@ def serve(control: socket.socket, host: int, prestart: Prestart | None = None) -
     host (pid ``host``) closes the channel; then kill them and return."""
     import selectors
 
-    import devicehost.reaping as reaping
+    import devicehost.system.reaping as reaping
     from devicehost.drivers.protocol import encode
-    from devicehost.subprocesses import become_subreaper, die_with_parent, name_process
+    from devicehost.system.subprocesses import become_subreaper, die_with_parent, name_process
 
     die_with_parent(host)
     # A group of its own: a signal to the host's process group (``timeout``, job control)
@@ -729,8 +729,8 @@ def keep(
     ends it stops and reaps what is left, then reports the worker's exit code on
     ``report`` (the worker's pid first, at once) and exits. Nothing a driver does reaches
     the zygote or another driver's processes."""
-    import devicehost.reaping as reaping
-    from devicehost.subprocesses import become_subreaper, die_with_parent, name_process
+    import devicehost.system.reaping as reaping
+    from devicehost.system.subprocesses import become_subreaper, die_with_parent, name_process
 
     die_with_parent(zygote)
     with contextlib.suppress(OSError):
@@ -788,7 +788,7 @@ def become_worker(
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    from devicehost.subprocesses import add_parent_pid_argument
+    from devicehost.system.subprocesses import add_parent_pid_argument
 
     parser = argparse.ArgumentParser(prog=f"python -m {__name__}")
     parser.add_argument("--fd", type=int, required=True, help="the channel's file descriptor")

@@ -6,21 +6,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-#: sun_path of a unix socket address holds 108 bytes, the last one a NUL.
-MAX_SOCKET_PATH_BYTES = 107
+from devicehost.system.sockets import socket_path_problem
+
 #: The shortest socket file name the host uses, for checking the directory up front.
 _SHORTEST_SOCKET = "devicehost-x.sock"
-
-
-def socket_path_problem(path: Path) -> str | None:
-    """Why no unix socket can be bound at ``path`` (too long), or None."""
-    size = len(os.fsencode(path))
-    if size <= MAX_SOCKET_PATH_BYTES:
-        return None
-    return (
-        f"socket path {path} is {size} bytes, over the {MAX_SOCKET_PATH_BYTES}-byte limit "
-        "of unix socket paths: use a shorter --plugin-dir (or a shorter resource name)"
-    )
 
 
 def plugin_dir_problem(plugin_dir: Path) -> str | None:

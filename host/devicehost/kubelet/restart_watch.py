@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from devicehost import supervision
+from devicehost.system import supervision
 
 if TYPE_CHECKING:
     from asyncinotify import Inotify

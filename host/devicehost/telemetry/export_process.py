@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace import SpanKind, StatusCode
 
-from devicehost.subprocesses import (
+from devicehost.system.subprocesses import (
     add_parent_pid_argument,
     die_with_parent,
     host_environment,

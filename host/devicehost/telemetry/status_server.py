@@ -18,7 +18,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from devicehost import supervision
+from devicehost.system import supervision
 from devicehost.telemetry.metrics import CONTENT_TYPE
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from devicehost._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from devicehost.kubelet.dra.prepare import Preparer
 from devicehost.kubelet.dra.registration import RegistrationServicer
 from devicehost.kubelet.dra.servicer import DraBetaServicer, DraServicer
-from devicehost.kubelet.plugin_dir import socket_path_problem
+from devicehost.system.sockets import socket_path_problem
 
 log = logging.getLogger(__name__)
 

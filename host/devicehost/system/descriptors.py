@@ -22,7 +22,7 @@ PER_RESOURCE = 4
 #: Modules the restart paths use, imported once start-up is over (off the critical path)
 #: so that recovery never needs to open a file: an import in a process out of descriptors
 #: fails with EMFILE, and the restart with it.
-RECOVERY_MODULES = ("tenacity", "tenacity.wait", "devicehost.subprocesses")
+RECOVERY_MODULES = ("tenacity", "tenacity.wait", "devicehost.system.subprocesses")
 
 
 def raise_soft_limit() -> int:
