@@ -213,7 +213,7 @@ def test_every_deploy_path_the_docs_cite_exists():
 def test_the_docs_say_where_simulate_builds_its_node():
     """Where the docs say `--simulate` builds its node, they name the directory the code
     uses (shared memory, `$TMPDIR` when set), never /tmp alone."""
-    from devicehost.simulation import SHARED_MEMORY_DIR
+    from devicehost.simulation.trees import SHARED_MEMORY_DIR
 
     sentences = [
         sentence

@@ -305,7 +305,7 @@ def test_serve_an_unknown_node_is_a_config_error():
 def test_where_a_simulation_lives_is_documented_and_true(kubelet, run_host):
     """writing-a-driver.md says where a simulated tree is made and that each driver gets
     its own folder named after it; a running host's tree is there."""
-    from devicehost.simulation import SHARED_MEMORY_DIR, SIM_PREFIX, simulation_dir
+    from devicehost.simulation.trees import SHARED_MEMORY_DIR, SIM_PREFIX, simulation_dir
 
     section = WRITING.split("### Where a simulation lives", 1)[1].split("\n## ", 1)[0]
     for fact in (

@@ -432,7 +432,7 @@ def test_sigterm_early_in_start_up_exits_0_and_leaves_nothing(tmp_path, plugin_d
 def test_simulated_trees_go_to_memory_unless_tmpdir_says_otherwise(tmp_path, monkeypatch):
     """A simulated node is hundreds of small files: they go to /dev/shm when it is
     writable, and to $TMPDIR whenever that is set."""
-    from devicehost.simulation import SHARED_MEMORY_DIR, simulation_dir
+    from devicehost.simulation.trees import SHARED_MEMORY_DIR, simulation_dir
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     assert simulation_dir() == tmp_path

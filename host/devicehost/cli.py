@@ -418,7 +418,7 @@ def _command(args: argparse.Namespace) -> int:
     try:
         config = _load(args)
         if config.simulate_node:  # a typo would build an empty node and serve it as meant
-            from devicehost.machines import check_node
+            from devicehost.simulation.machines import check_node
 
             check_node(config.simulate_node, _node_source(args))
     except ConfigError as exc:
@@ -499,7 +499,7 @@ def _run(config: HostConfig) -> int:
     import functools
 
     from devicehost.drivers.zygote import Zygote
-    from devicehost.simulation import make_sim_root
+    from devicehost.simulation.trees import make_sim_root
 
     # A profile may choose other drivers once the node's labels are known: no early start.
     early = not config.profiles

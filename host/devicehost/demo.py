@@ -41,7 +41,7 @@ METRICS_SHOWN = (
 def list_nodes() -> None:
     """Print the machines ``--node`` names, one line each, and who publishes a contributed
     one."""
-    from devicehost.machines import machines
+    from devicehost.simulation.machines import machines
 
     print("machines `devicehost demo --node NAME` (and `run --simulate --node NAME`) build:")
     for machine in machines():

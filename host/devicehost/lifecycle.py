@@ -44,7 +44,7 @@ from devicehost.kubelet.runner import ResourceRunner
 from devicehost.kubelet.servicer import DevicePluginServicer
 from devicehost.model import ResourceSpec
 from devicehost.simulated_paths import spec_on_node
-from devicehost.simulation import driver_root, make_sim_root
+from devicehost.simulation.trees import driver_root, make_sim_root
 from devicehost.system import descriptors, supervision
 from devicehost.telemetry.facade import Telemetry
 from devicehost.telemetry.metrics import Gauge

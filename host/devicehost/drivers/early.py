@@ -26,7 +26,7 @@ from devicehost.drivers.discovery import DRIVER_GROUP, DriverInfo, Listing, Plug
 from devicehost.drivers.plan import first_calls
 from devicehost.drivers.process import WorkerExited, WorkerProcess
 from devicehost.drivers.zygote import Prestarted, Zygote
-from devicehost.simulation import driver_root, make_sim_root
+from devicehost.simulation.trees import driver_root, make_sim_root
 
 log = logging.getLogger(__name__)
 

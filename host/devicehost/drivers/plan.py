@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from devicehost.config import HostConfig
 from devicehost.drivers.zygote import Plan, Planned
-from devicehost.simulation import driver_root
+from devicehost.simulation.trees import driver_root
 from devicehost.system.subprocesses import host_environment
 
 if TYPE_CHECKING:  # discovery is imported after the listing child is forked (below)

@@ -95,7 +95,7 @@ def serve_driver(
     host: HostThread | None = None
     try:
         if node:
-            from devicehost.machines import check_node
+            from devicehost.simulation.machines import check_node
 
             check_node(node, "serve_driver")
         host = HostThread(base, **overrides)
