@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devicehost.config import HostConfig, load_config
+from devicehost.config.host_config import HostConfig, load_config
 from devicehost.errors import ConfigError
 
 HEADER = "apiVersion: devicehost/v1\nkind: HostConfig\n"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from devicehost.config import HostConfig
+from devicehost.config.host_config import HostConfig
 from devicehost.demo import Tour
 from devicehost.testing.hostthread import HostThread
 from devicehost.testing.kubelet import KubeletStandIn, _Registration

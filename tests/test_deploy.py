@@ -41,7 +41,7 @@ import pytest
 import yaml
 
 from devicehost.cdi import spec_file_name
-from devicehost.config import HostConfig, load_config
+from devicehost.config.host_config import HostConfig, load_config
 from devicehost.drivers.discovery import load_plugins
 from devicehost.mounts import (
     Declared,

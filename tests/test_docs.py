@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from devicehost.cli import _FLAGS
-from devicehost.config import SETTINGS, HostConfig
+from devicehost.config.host_config import SETTINGS, HostConfig
 from devicehost.hookspecs import HOOK_NAMES
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from devicehost.config import SETTINGS, HostConfig, load_config
+from devicehost.config.host_config import SETTINGS, HostConfig, load_config
 from devicehost.errors import ConfigError
 from devicehost.model import ResourceSpec
 from devicehost.testing import HostThread, KubeletStandIn, write_distribution

@@ -328,7 +328,7 @@ def test_host_paths_become_a_mount_plan_without_configure(install, host_config, 
 def test_the_cdi_directory_is_the_hosts_only_when_cdi_is_on():
     """cdi.dir has a default, but the host writes there (and needs it mounted writable)
     only with cdi.enabled."""
-    from devicehost.config import HostConfig
+    from devicehost.config.host_config import HostConfig
     from devicehost.mounts import host_own_paths
 
     def own(config: HostConfig) -> set[str]:

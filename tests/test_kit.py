@@ -101,7 +101,7 @@ def test_fake_root_files_are_not_executable(tmp_path):
 KUBELET_RESTARTS_IN_PROCESS = """
 import sys, tempfile
 from pathlib import Path
-from devicehost.config import HostConfig
+from devicehost.config.host_config import HostConfig
 from devicehost.testing.hostthread import HostThread
 from devicehost.testing.kubelet import KubeletStandIn
 

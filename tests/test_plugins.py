@@ -128,7 +128,7 @@ def test_allow_and_deny_lists_filter_by_name(install):
 
 def test_env_vars_select_drivers(install, monkeypatch, tmp_path):
     """DEVICEHOST_DRIVERS and DEVICEHOST_DISABLE_DRIVERS reach discovery through the config."""
-    from devicehost.config import load_config
+    from devicehost.config.host_config import load_config
 
     install("devicehost-alpha", drivers={"alpha": SCRIPTED})
     install("devicehost-beta", drivers={"beta": SCRIPTED})
@@ -216,7 +216,7 @@ def test_the_host_reads_no_package_metadata_with_tracing_off():
     start) goes only on spans; with tracing off the host never reads it."""
     loaded, _ = modules_after(
         "import devicehost.cli, devicehost.lifecycle; "
-        "from devicehost.config import HostConfig; "
+        "from devicehost.config.host_config import HostConfig; "
         "from devicehost.telemetry.facade import Telemetry; "
         "Telemetry.from_config(HostConfig())"
     )
@@ -229,7 +229,7 @@ def test_a_host_with_the_default_config_loads_only_what_it_uses():
     registration or a worker is retried): each would only lengthen every start."""
     loaded, _ = modules_after(
         "import asyncio\n"
-        "from devicehost.config import HostConfig\n"
+        "from devicehost.config.host_config import HostConfig\n"
         "from devicehost.drivers.discovery import Listing, load_plugins\n"
         "from devicehost.lifecycle import Host\n"
         "async def build():\n"

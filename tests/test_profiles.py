@@ -9,10 +9,11 @@ import pytest
 import yaml
 
 from devicehost.cli import main
-from devicehost.config import load_config
+from devicehost.config.for_node import for_this_node
+from devicehost.config.host_config import load_config
+from devicehost.config.profiles import NodeFacts, choose, parse_profiles
 from devicehost.errors import ConfigError
 from devicehost.lifecycle import _probe_labels
-from devicehost.profiles import NodeFacts, choose, for_this_node, parse_profiles
 
 PROFILES = [
     {"name": "by-name", "match": {"nodeNames": ["npu-b-*"]}, "drivers": {"alpha": {"x": 1}}},

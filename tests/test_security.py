@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from devicehost import Device
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from devicehost.config import HostConfig
+from devicehost.config.host_config import HostConfig
 from devicehost.testing import HostThread, KubeletStandIn, write_distribution
 from support import SCRIPTED, eventually
 from support import scripted as scripted_control

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import pytest
 
-from devicehost.config import load_config, redact_url
+from devicehost.config.host_config import load_config, redact_url
 from devicehost.telemetry.status_server import StatusServer
 from devicehost.telemetry.tracing import Tracing, otlp_exporter, traces_endpoint
 from support import UNHURRIED_SECONDS

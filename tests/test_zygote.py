@@ -199,7 +199,7 @@ def test_devicehost_run_takes_over_workers_the_zygote_started_at_its_fork(
 
 PRESTART_SCENARIO = """
 import asyncio, logging, os, sys
-from devicehost.config import HostConfig
+from devicehost.config.host_config import HostConfig
 from devicehost.drivers.early import start_workers
 from devicehost.drivers.plan import plan_workers
 from devicehost.drivers.zygote import Zygote

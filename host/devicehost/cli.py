@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from devicehost.config import SETTINGS, HostConfig, load_config
+from devicehost.config.host_config import SETTINGS, HostConfig, load_config
 from devicehost.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -436,7 +436,8 @@ def _command(args: argparse.Namespace) -> int:
         if args.command == "config":
             import yaml
 
-            from devicehost.profiles import facts_file, with_profile
+            from devicehost.config.for_node import with_profile
+            from devicehost.config.profiles import facts_file
 
             if args.node_facts:
                 config, profile = with_profile(config, facts_file(args.node_facts))

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from devicehost.config import HostConfig, redact_url
+from devicehost.config.host_config import HostConfig, redact_url
 from devicehost.errors import DriverError
 from devicehost.telemetry import tracing
 from devicehost.testing.hostthread import HostThread

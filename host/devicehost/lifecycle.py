@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from devicehost import profiles
 from devicehost.compose import PolicyChain
-from devicehost.config import HostConfig
+from devicehost.config.for_node import for_this_node
+from devicehost.config.host_config import HostConfig
 from devicehost.drivers.discovery import DriverInfo, DriverStatus, PluginSet, load_plugins
 from devicehost.drivers.early import EarlyStart
 from devicehost.drivers.plan import first_calls
@@ -808,7 +808,7 @@ async def serve(
         if config.profiles and early is not None:  # a profile may choose other drivers
             await early.stop(STOP_GRACE_SECONDS)
             early = None
-        config = await profiles.for_this_node(config, _probe_labels)
+        config = await for_this_node(config, _probe_labels)
         host = Host(config, early=early, zygote=zygote)
     starting = asyncio.create_task(host.start(), name="start")
     stopping = asyncio.create_task(stop.wait(), name="stop-signal")

@@ -17,7 +17,7 @@ import os
 import urllib.request
 from typing import Any
 
-from devicehost.config import HostConfig
+from devicehost.config.host_config import HostConfig
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from devicehost.errors import DriverError, DriverUnavailable
 from devicehost.validation import Invalid, host_paths_from_plain
 
 if TYPE_CHECKING:
-    from devicehost.config import HostConfig
+    from devicehost.config.host_config import HostConfig
 
 log = logging.getLogger(__name__)
 

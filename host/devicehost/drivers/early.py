@@ -21,7 +21,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devicehost.config import HostConfig
+from devicehost.config.host_config import HostConfig
 from devicehost.drivers.discovery import DRIVER_GROUP, DriverInfo, Listing, PluginSet, load_plugins
 from devicehost.drivers.plan import first_calls
 from devicehost.drivers.process import WorkerExited, WorkerProcess

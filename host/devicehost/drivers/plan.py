@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from devicehost.config import HostConfig
+from devicehost.config.host_config import HostConfig
 from devicehost.drivers.zygote import Plan, Planned
 from devicehost.simulation.trees import driver_root
 from devicehost.system.subprocesses import host_environment

@@ -15,7 +15,7 @@ import stat
 import grpc
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from devicehost.config import HostConfig
+from devicehost.config.host_config import HostConfig
 from devicehost.kubelet.plugin_dir import plugin_dir_problem  # gRPC-free: the CLI checks first
 from devicehost.kubelet.registration import register
 from devicehost.kubelet.restart_watch import DirectoryWatcher, file_identity

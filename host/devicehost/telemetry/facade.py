@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from devicehost.config import HostConfig
+from devicehost.config.host_config import HostConfig
 from devicehost.telemetry import tracing
 from devicehost.telemetry.metrics import Metrics
 from devicehost.telemetry.pods import NoPodLookup, PodIdentity, PodLookup

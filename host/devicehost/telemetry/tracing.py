@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlparse
 
-from devicehost.config import redact_url
+from devicehost.config.host_config import redact_url
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on: start-up stays fast
     from opentelemetry.sdk.trace import TracerProvider

@@ -12,7 +12,7 @@ from collections.abc import Awaitable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from devicehost.config import HostConfig, with_overrides
+from devicehost.config.host_config import HostConfig, with_overrides
 from devicehost.lifecycle import Host
 from devicehost.testing.fakeroot import FakeRoot
 
@@ -24,7 +24,7 @@ class HostThread:
 
     ``overrides`` are HostConfig keys as in the YAML file (``enabledDrivers=["x"]``,
     ``drivers={"x": {...}}``, ``registration={"maxBackoffSeconds": 1}``); see
-    ``devicehost.config.with_overrides``.
+    ``devicehost.config.host_config.with_overrides``.
     """
 
     def __init__(self, config: HostConfig, **overrides: Any) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from devicehost.config import HostConfig
+from devicehost.config.host_config import HostConfig
 from devicehost.testing.fakeroot import FakeRoot
 from devicehost.testing.hostthread import HostThread
 from devicehost.testing.kubelet import KubeletStandIn

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 import grpc
 
-from devicehost.config import HostConfig
+from devicehost.config.host_config import HostConfig
 from devicehost.errors import ConfigError, DriverError
 from devicehost.model import ContainerEdits, Device
 from devicehost.testing.hostthread import HostThread

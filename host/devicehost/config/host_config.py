@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from devicehost.config.profiles import Profile, parse_profiles
 from devicehost.errors import ConfigError
-from devicehost.profiles import Profile, parse_profiles
 
 API_VERSION = "devicehost/v1"
 KIND = "HostConfig"

@@ -15,18 +15,14 @@ detect (chip family, MIG capability) and what the node is labelled with, so
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from devicehost.errors import ConfigError
-
-if TYPE_CHECKING:
-    from devicehost.config import HostConfig
 
 log = logging.getLogger(__name__)
 
@@ -176,12 +172,6 @@ def facts_from_document(doc: Any) -> NodeFacts:
     return NodeFacts(name, _label_map("labels", labels))
 
 
-def with_profile(config: HostConfig, facts: NodeFacts) -> tuple[HostConfig, Profile | None]:
-    """``config`` with the profile ``facts`` choose laid over its driver sections."""
-    profile = choose(config.profiles, facts)
-    return dataclasses.replace(config, drivers=apply(config.drivers, profile)), profile
-
-
 def facts_file(path: Path) -> NodeFacts:
     """Node facts from a YAML or JSON file (``devicehost config --node-facts FILE``)."""
     import yaml
@@ -192,23 +182,3 @@ def facts_file(path: Path) -> NodeFacts:
         raise ConfigError(str(path), "", f"cannot read: {exc.strerror}") from None
     except (yaml.YAMLError, ValueError) as exc:
         raise ConfigError(str(path), "", f"not a node facts file: {exc}") from None
-
-
-async def for_this_node(
-    config: HostConfig, probe: Callable[[HostConfig], Awaitable[Mapping[str, str]]]
-) -> HostConfig:
-    """The config with this node's profile applied. Facts: the node name, and — only when
-    some profile matches on labels — the labels the drivers report under the base settings,
-    asked by ``probe`` (a throw-away host that configures the drivers, reads their labels
-    and stops them, so each driver is still configured once per host)."""
-    if not config.profiles:
-        return config
-    labels: Mapping[str, str] = {}
-    if needs_labels(config.profiles):
-        labels = {k.removeprefix(LABEL_PREFIX): v for k, v in (await probe(config)).items()}
-    chosen, profile = with_profile(config, NodeFacts(config.node_name, labels))
-    if profile is None:
-        log.info("node %r: no profile matches; the base driver settings apply", config.node_name)
-    else:
-        log.info("node %r: profile %r applies", config.node_name, profile.name)
-    return chosen
