@@ -5,7 +5,7 @@ The validator below is written from github.com/cncf-tags/container-device-interf
 and device name syntax), ``specs-go/version.go`` (known versions, and the minimum version
 the fields used require), ``pkg/cdi/spec.go`` and ``pkg/cdi/device.go`` (a spec needs
 devices, a device needs edits, names are unique), ``pkg/cdi/container-edits.go``
-(``KEY=VALUE`` env, ``rwm`` permissions). It shares no code with devicehost.cdi.
+(``KEY=VALUE`` env, ``rwm`` permissions). It shares no code with devicehost.edits.cdi.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import grpc
 import pytest
 
 from devicehost import ContainerEdits, Device, DeviceNode, ResourceSpec
-from devicehost.cdi import (
+from devicehost.edits.cdi import (
     CdiWriter,
     class_name,
     device_name,

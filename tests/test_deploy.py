@@ -40,9 +40,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from devicehost.cdi import spec_file_name
 from devicehost.config.host_config import HostConfig, load_config
 from devicehost.drivers.discovery import load_plugins
+from devicehost.edits.cdi import spec_file_name
 from devicehost.mounts import (
     Declared,
     PlannedMount,

@@ -701,7 +701,7 @@ HOST_TASKS = [
     ("devicehost.drivers.process", "DriverLog", "read", "stderr-"),
     ("devicehost.drivers.scan", "Scanner", "run", "scan-"),
     ("devicehost.features", "NodeLabels", "run", "node-labels"),
-    ("devicehost.cdi", "CdiWriter", "retry_failed", "cdi-retry"),
+    ("devicehost.edits.cdi", "CdiWriter", "retry_failed", "cdi-retry"),
     ("devicehost.lifecycle", "Host", "_count_kubelet_restarts", "kubelet-restarts"),
     ("devicehost.lifecycle", "Host", "_keep_plugin_dir_locked", "plugin-dir-lock"),
     ("devicehost.lifecycle", "Host", "_watch_when_registered", "watch-start"),

@@ -237,4 +237,9 @@ def test_a_host_with_the_default_config_loads_only_what_it_uses():
         "    load_plugins(listing=Listing())\n"
         "asyncio.run(build())"
     )
-    assert not loaded & {"devicehost.cdi", "devicehost.features", "importlib_metadata", "tenacity"}
+    assert not loaded & {
+        "devicehost.edits.cdi",
+        "devicehost.features",
+        "importlib_metadata",
+        "tenacity",
+    }

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from devicehost.compose import PolicyChain
 from devicehost.config.for_node import for_this_node
 from devicehost.config.host_config import HostConfig
 from devicehost.drivers.discovery import DriverInfo, DriverStatus, PluginSet, load_plugins
@@ -37,13 +36,14 @@ from devicehost.drivers.scan import Scanner
 from devicehost.drivers.snapshots import ResourceState
 from devicehost.drivers.supervisor import STOP_GRACE_SECONDS, DriverFinal, DriverHandle
 from devicehost.drivers.zygote import Zygote
+from devicehost.edits.compose import PolicyChain
+from devicehost.edits.simulated_paths import spec_on_node
 from devicehost.errors import ConfigError, DriverError
 from devicehost.kubelet.checkpoint import CHECKPOINT_FILE
 from devicehost.kubelet.restart_watch import DirectoryWatcher, file_identity
 from devicehost.kubelet.runner import ResourceRunner
 from devicehost.kubelet.servicer import DevicePluginServicer
 from devicehost.model import ResourceSpec
-from devicehost.simulated_paths import spec_on_node
 from devicehost.simulation.trees import driver_root, make_sim_root
 from devicehost.system import descriptors, supervision
 from devicehost.telemetry.facade import Telemetry
@@ -53,7 +53,7 @@ from devicehost.telemetry.status_server import StatusServer
 from devicehost.validation import notes_from_plain, resources_from_plain
 
 if TYPE_CHECKING:
-    from devicehost.cdi import CdiWriter
+    from devicehost.edits.cdi import CdiWriter
     from devicehost.features import NodeLabels
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ class Host:
             self._sim_root, early.sim_root = early.sim_root, None
         self.cdi: CdiWriter | None = None
         if config.cdi_enabled:
-            from devicehost.cdi import CdiWriter
+            from devicehost.edits.cdi import CdiWriter
 
             self.cdi = CdiWriter(config.cdi_dir, config.cdi_drivers, self.telemetry.node_file_error)
         self._lock_fd: int | None = None

@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from devicehost.edit_policy import edits_problem
+from devicehost.edits.policy import edits_problem
 from devicehost.errors import DriverError
 from devicehost.model import (
     MAX_DEVICE_ID_LENGTH,

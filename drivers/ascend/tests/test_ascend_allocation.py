@@ -9,7 +9,7 @@ from devicehost_ascend.dcmi_sim import SimulatedDcmi
 from devicehost_ascend.node import AscendNode
 
 from devicehost import ContainerEdits, DeviceNode, Mount
-from devicehost.compose import compose
+from devicehost.edits.compose import compose
 from devicehost.testing import FakeRoot
 
 NPU = "huawei.com/Ascend910"

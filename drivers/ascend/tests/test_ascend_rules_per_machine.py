@@ -18,7 +18,7 @@ from devicehost_ascend.dcmi_sim import (
 from devicehost_ascend.node import AscendNode, HccsViolation
 
 from devicehost import Health, Mount
-from devicehost.compose import compose
+from devicehost.edits.compose import compose
 from devicehost.testing import FakeRoot
 
 FAMILY = {

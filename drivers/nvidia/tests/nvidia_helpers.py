@@ -5,7 +5,7 @@ from collections.abc import Callable, Sequence
 from devicehost_nvidia import NvidiaDriver
 
 from devicehost import ContainerEdits
-from devicehost.compose import compose
+from devicehost.edits.compose import compose
 
 #: The ``make_driver`` fixture: ``make_driver(config=None, node=None, lay_out=True)``.
 MakeDriver = Callable[..., NvidiaDriver]

@@ -9,7 +9,7 @@ from typing import Any
 from devicehost_rdma.driver import RdmaDriver
 
 from devicehost import ContainerEdits, Device
-from devicehost.compose import compose
+from devicehost.edits.compose import compose
 from devicehost.testing import FakeRoot
 
 IB_PFS = ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5"]

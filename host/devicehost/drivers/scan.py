@@ -17,9 +17,9 @@ from pathlib import Path
 
 from devicehost.drivers.snapshots import ResourceState
 from devicehost.drivers.supervisor import DriverHandle
+from devicehost.edits.simulated_paths import devices_on_node
 from devicehost.errors import DriverError, DriverOverLimit
 from devicehost.model import Device
-from devicehost.simulated_paths import devices_on_node
 from devicehost.validation import Enumeration, devices_from_plain
 
 log = logging.getLogger(__name__)

@@ -18,12 +18,12 @@ import grpc
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from devicehost.compose import CompositionClash, PolicyChain, compose
 from devicehost.drivers.snapshots import ResourceState
+from devicehost.edits.compose import CompositionClash, PolicyChain, compose
+from devicehost.edits.simulated_paths import edits_on_node
 from devicehost.errors import DriverError, DriverTimeout, RequestRefused, UnknownDevice
 from devicehost.kubelet.preferred import numa_map, preferred_allocation
 from devicehost.model import NO_EDITS, Allocation, Device, ResourceSpec
-from devicehost.simulated_paths import edits_on_node
 from devicehost.telemetry import tracing
 from devicehost.telemetry.facade import Telemetry
 from devicehost.telemetry.tracing import fail
@@ -32,7 +32,7 @@ from devicehost.validation import Invalid, edits_from_plain
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from devicehost.cdi import CdiWriter
+    from devicehost.edits.cdi import CdiWriter
 
 log = logging.getLogger(__name__)
 
@@ -348,7 +348,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             log.error("%s", message)
             raise Refusal(grpc.StatusCode.INTERNAL, message[:MAX_MESSAGE]) from clash
         if self.cdi is not None:  # the runtime applies the declared edits from the spec
-            from devicehost.cdi import CdiUnavailable  # CDI is off unless configured
+            from devicehost.edits.cdi import CdiUnavailable  # CDI is off unless configured
 
             try:
                 edits = self.cdi.allocation(self.spec, self.state.devices, device_ids, edits)

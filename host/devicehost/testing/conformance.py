@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devicehost.compose import CompositionClash, compose
 from devicehost.drivers.discovery import DRIVER_GROUP, DriverStatus, load_plugins
 from devicehost.drivers.process import WorkerExited, WorkerProcess
 from devicehost.drivers.zygote import Zygote
+from devicehost.edits.compose import CompositionClash, compose
 from devicehost.errors import DriverError, DriverUnavailable, RequestRefused, UnknownDevice
 from devicehost.model import NO_EDITS, Device, ResourceSpec
 from devicehost.validation import (

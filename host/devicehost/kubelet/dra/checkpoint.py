@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from devicehost.cdi import write_atomically
+from devicehost.edits.cdi import write_atomically
 
 log = logging.getLogger(__name__)
 

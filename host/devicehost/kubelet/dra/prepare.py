@@ -23,8 +23,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from devicehost.cdi import VENDOR, container_edits, minimum_version, write_atomically
-from devicehost.compose import CompositionClash, PolicyChain, compose
+from devicehost.edits.cdi import VENDOR, container_edits, minimum_version, write_atomically
+from devicehost.edits.compose import CompositionClash, PolicyChain, compose
 from devicehost.kubelet.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
 from devicehost.kubelet.dra.claims import (
     ClaimAllocation,
