@@ -43,7 +43,7 @@ import yaml
 from devicehost.config.host_config import HostConfig, load_config
 from devicehost.drivers.discovery import load_plugins
 from devicehost.edits.cdi import spec_file_name
-from devicehost.mounts import (
+from devicehost.node.mounts import (
     Declared,
     PlannedMount,
     always_present_ancestor,

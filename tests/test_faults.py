@@ -700,7 +700,7 @@ HOST_TASKS = [
     ("devicehost.drivers.supervisor", "DriverHandle", "supervise", "driver-"),
     ("devicehost.drivers.process", "DriverLog", "read", "stderr-"),
     ("devicehost.drivers.scan", "Scanner", "run", "scan-"),
-    ("devicehost.features", "NodeLabels", "run", "node-labels"),
+    ("devicehost.node.labels", "NodeLabels", "run", "node-labels"),
     ("devicehost.edits.cdi", "CdiWriter", "retry_failed", "cdi-retry"),
     ("devicehost.lifecycle", "Host", "_count_kubelet_restarts", "kubelet-restarts"),
     ("devicehost.lifecycle", "Host", "_keep_plugin_dir_locked", "plugin-dir-lock"),

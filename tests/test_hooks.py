@@ -329,7 +329,7 @@ def test_the_cdi_directory_is_the_hosts_only_when_cdi_is_on():
     """cdi.dir has a default, but the host writes there (and needs it mounted writable)
     only with cdi.enabled."""
     from devicehost.config.host_config import HostConfig
-    from devicehost.mounts import host_own_paths
+    from devicehost.node.mounts import host_own_paths
 
     def own(config: HostConfig) -> set[str]:
         return {d.path for d in host_own_paths(config)}

@@ -239,7 +239,7 @@ def test_a_host_with_the_default_config_loads_only_what_it_uses():
     )
     assert not loaded & {
         "devicehost.edits.cdi",
-        "devicehost.features",
+        "devicehost.node.labels",
         "importlib_metadata",
         "tenacity",
     }

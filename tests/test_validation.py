@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from devicehost.drivers.validation import devices_from_plain
 from devicehost.model import ContainerEdits, DeviceNode
-from devicehost.validation import devices_from_plain
 
 SHARED = {
     "envs": {"RDMA_DEVICES": "mlx5_0"},

@@ -446,7 +446,7 @@ def _command(args: argparse.Namespace) -> int:
             print(yaml.safe_dump(config.to_document(redact=True), sort_keys=False), end="")
             return 0
         if args.command == "mounts":
-            from devicehost.mounts import mounts_command
+            from devicehost.node.mounts import mounts_command
 
             return asyncio.run(mounts_command(config, args.output, args.drivers_only))
         if args.command == "drivers":

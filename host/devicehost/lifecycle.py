@@ -35,6 +35,7 @@ from devicehost.drivers.process import WorkerProcess
 from devicehost.drivers.scan import Scanner
 from devicehost.drivers.snapshots import ResourceState
 from devicehost.drivers.supervisor import STOP_GRACE_SECONDS, DriverFinal, DriverHandle
+from devicehost.drivers.validation import notes_from_plain, resources_from_plain
 from devicehost.drivers.zygote import Zygote
 from devicehost.edits.compose import PolicyChain
 from devicehost.edits.simulated_paths import spec_on_node
@@ -50,11 +51,10 @@ from devicehost.telemetry.facade import Telemetry
 from devicehost.telemetry.metrics import Gauge
 from devicehost.telemetry.pods import PodLookup
 from devicehost.telemetry.status_server import StatusServer
-from devicehost.validation import notes_from_plain, resources_from_plain
 
 if TYPE_CHECKING:
     from devicehost.edits.cdi import CdiWriter
-    from devicehost.features import NodeLabels
+    from devicehost.node.labels import NodeLabels
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ class Host:
         self.policies: PolicyChain | None = None
         self.node_labels: NodeLabels | None = None
         if config.feature_file:  # these two are off unless configured: imported only then
-            from devicehost.features import NodeLabels
+            from devicehost.node.labels import NodeLabels
 
             self.node_labels = NodeLabels(
                 config.feature_file, config.hook_timeout, self.telemetry.node_file_error
@@ -827,7 +827,7 @@ async def serve(
 
 async def _probe_labels(config: HostConfig) -> dict[str, str]:
     """The drivers' labels under ``config``, from a host that is stopped again at once."""
-    from devicehost.features import NodeLabels
+    from devicehost.node.labels import NodeLabels
 
     probe = Host(config, telemetry=Telemetry())
     try:

@@ -26,7 +26,7 @@ from devicehost.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-#: The label prefix the host writes (see devicehost.features); stripped from facts.
+#: The label prefix the host writes (see devicehost.node.labels); stripped from facts.
 LABEL_PREFIX = "devicehost.feature.node.kubernetes.io/"
 
 

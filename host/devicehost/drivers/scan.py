@@ -17,10 +17,10 @@ from pathlib import Path
 
 from devicehost.drivers.snapshots import ResourceState
 from devicehost.drivers.supervisor import DriverHandle
+from devicehost.drivers.validation import Enumeration, devices_from_plain
 from devicehost.edits.simulated_paths import devices_on_node
 from devicehost.errors import DriverError, DriverOverLimit
 from devicehost.model import Device
-from devicehost.validation import Enumeration, devices_from_plain
 
 log = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ import grpc
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from devicehost.drivers.snapshots import ResourceState
+from devicehost.drivers.validation import Invalid, edits_from_plain
 from devicehost.edits.compose import CompositionClash, PolicyChain, compose
 from devicehost.edits.simulated_paths import edits_on_node
 from devicehost.errors import DriverError, DriverTimeout, RequestRefused, UnknownDevice
@@ -27,7 +28,6 @@ from devicehost.model import NO_EDITS, Allocation, Device, ResourceSpec
 from devicehost.telemetry import tracing
 from devicehost.telemetry.facade import Telemetry
 from devicehost.telemetry.tracing import fail
-from devicehost.validation import Invalid, edits_from_plain
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span

@@ -30,17 +30,17 @@ from typing import Any
 
 from devicehost.drivers.discovery import DRIVER_GROUP, DriverStatus, load_plugins
 from devicehost.drivers.process import WorkerExited, WorkerProcess
-from devicehost.drivers.zygote import Zygote
-from devicehost.edits.compose import CompositionClash, compose
-from devicehost.errors import DriverError, DriverUnavailable, RequestRefused, UnknownDevice
-from devicehost.model import NO_EDITS, Device, ResourceSpec
-from devicehost.validation import (
+from devicehost.drivers.validation import (
     Invalid,
     choice_from_plain,
     devices_from_plain,
     edits_from_plain,
     resources_from_plain,
 )
+from devicehost.drivers.zygote import Zygote
+from devicehost.edits.compose import CompositionClash, compose
+from devicehost.errors import DriverError, DriverUnavailable, RequestRefused, UnknownDevice
+from devicehost.model import NO_EDITS, Device, ResourceSpec
 
 UNKNOWN_ID = "devicehost-conformance-no-such-device"
 #: A plugin directory path as long as the kubelet's default, to check socket path lengths.

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from devicehost.drivers.discovery import DRIVER_GROUP, DriverInfo
 from devicehost.drivers.process import WorkerExited, WorkerProcess
+from devicehost.drivers.validation import Invalid, host_paths_from_plain
 from devicehost.drivers.zygote import Zygote
 from devicehost.errors import DriverError, DriverUnavailable
-from devicehost.validation import Invalid, host_paths_from_plain
 
 if TYPE_CHECKING:
     from devicehost.config.host_config import HostConfig
