@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from devicehost import Device
-from devicehost.kubelet.preferred import natural_key, numa_map, preferred_allocation
+from devicehost import Device, natural_key
+from devicehost.kubelet.deviceplugin.preferred import numa_map, preferred_allocation
 
 
 def node(numa_of: dict[str, int]) -> dict[str, int]:

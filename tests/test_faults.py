@@ -633,7 +633,7 @@ def test_socket_deleted_right_after_it_is_served_is_served_again(
     seen in the suite: a planted symlink and a kubelet restart at once), the host notices
     and serves again. The deletion is injected right after the host's chmod of the socket,
     the last step of serving, to make the race certain."""
-    import devicehost.kubelet.runner as runner
+    import devicehost.kubelet.deviceplugin.runner as runner
 
     install("devicehost-alpha", drivers={"alpha": SCRIPTED})
     run_host(enabled_drivers=("alpha",), drivers={"alpha": {"resources": {RES: 2}}})
@@ -664,7 +664,7 @@ def test_a_runner_that_fails_is_logged_and_its_resource_served_again(
     the plugin directory was once killed every runner silently) is logged naming the
     resource and counted in devicehost_task_restarts_total, and the resource is served and
     registered again. The failure is injected once into the runner's registration loop."""
-    import devicehost.kubelet.runner as runner
+    import devicehost.kubelet.deviceplugin.runner as runner
 
     caplog.set_level(logging.ERROR, logger="devicehost")
     install("devicehost-alpha", drivers={"alpha": SCRIPTED})
@@ -705,8 +705,18 @@ HOST_TASKS = [
     ("devicehost.lifecycle", "Host", "_count_kubelet_restarts", "kubelet-restarts"),
     ("devicehost.lifecycle", "Host", "_keep_plugin_dir_locked", "plugin-dir-lock"),
     ("devicehost.lifecycle", "Host", "_watch_when_registered", "watch-start"),
-    ("devicehost.kubelet.restart_watch", "DirectoryWatcher", "_events", "plugin-dir-events"),
-    ("devicehost.kubelet.restart_watch", "DirectoryWatcher", "_tick", "plugin-dir-watch"),
+    (
+        "devicehost.kubelet.deviceplugin.restart_watch",
+        "DirectoryWatcher",
+        "_events",
+        "plugin-dir-events",
+    ),
+    (
+        "devicehost.kubelet.deviceplugin.restart_watch",
+        "DirectoryWatcher",
+        "_tick",
+        "plugin-dir-watch",
+    ),
     ("devicehost.telemetry.status_server", "StatusServer", "_beat", "loop-heartbeat"),
 ]
 

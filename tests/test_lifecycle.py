@@ -82,7 +82,7 @@ def test_a_registration_never_inherits_another_channels_failed_connection(tmp_pa
     import grpc
 
     from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
-    from devicehost.kubelet.registration import register
+    from devicehost.kubelet.deviceplugin.registration import register
 
     plugin_dir = tmp_path / "plugins"
     kubelet_socket = plugin_dir / "kubelet.sock"
@@ -449,7 +449,7 @@ def test_the_restart_watch_wakes_every_subscriber_as_it_starts(tmp_path, use_ino
     every subscriber is woken then (inotify or polling)."""
     import asyncio
 
-    from devicehost.kubelet.restart_watch import DirectoryWatcher
+    from devicehost.kubelet.deviceplugin.restart_watch import DirectoryWatcher
 
     async def scenario() -> tuple[bool, bool, str]:
         watcher = DirectoryWatcher(tmp_path / "device-plugins", safety_interval=3600.0)

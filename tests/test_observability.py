@@ -245,7 +245,7 @@ def test_preferred_allocation_and_registration_are_traced(traced, kubelet, recei
     assert not [k for k in attributes(span) if k.startswith("devicehost.device_ids.chosen")]
     register = receiver.wait_for_span("v1beta1.Registration/Register")
     assert attributes(register)["devicehost.resource"] == RES
-    assert attributes(register)["devicehost.kubelet.registration.attempt"] == 1
+    assert attributes(register)["devicehost.kubelet.deviceplugin.registration.attempt"] == 1
     assert attributes(register)["rpc.method"] == "v1beta1.Registration/Register"
     assert attributes(register)["server.address"].endswith("kubelet.sock")
     assert register.kind == Span.SPAN_KIND_CLIENT

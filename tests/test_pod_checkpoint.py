@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from devicehost.kubelet.checkpoint import CHECKPOINT_FILE, DeviceCheckpoint
+from devicehost.kubelet.deviceplugin.checkpoint import CHECKPOINT_FILE, DeviceCheckpoint
 from devicehost.model import Device
 from devicehost.testing.checkpoint import CheckpointWriter
 

@@ -269,7 +269,7 @@ def test_what_devicehost_run_imports_before_it_forks_its_zygote_is_small():
     reader: each would delay the fork, and so every worker's start."""
     loaded, _ = modules_after(
         "import devicehost.cli, devicehost.drivers.zygote, devicehost.simulation.trees, "
-        "devicehost.kubelet.plugin_dir"
+        "devicehost.kubelet.deviceplugin.plugin_dir"
     )
     tops = {m.split(".")[0] for m in loaded}
     assert not tops & {"asyncio", "grpc", "pluggy", "importlib_metadata"}

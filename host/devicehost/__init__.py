@@ -28,7 +28,6 @@ if TYPE_CHECKING:
         UnknownDevice,
     )
     from devicehost.hookspecs import hookimpl
-    from devicehost.kubelet.preferred import natural_key
     from devicehost.model import (
         Allocation,
         ContainerEdits,
@@ -38,6 +37,7 @@ if TYPE_CHECKING:
         HostPath,
         Mount,
         ResourceSpec,
+        natural_key,
     )
 
 __version__: str  # set by __getattr__ on first use
@@ -59,7 +59,7 @@ _PUBLIC = {
         "devicehost.errors",
     ),
     "hookimpl": "devicehost.hookspecs",
-    "natural_key": "devicehost.kubelet.preferred",
+    "natural_key": "devicehost.model",
     **dict.fromkeys(
         (
             "Allocation",

@@ -484,7 +484,7 @@ def _run(config: HostConfig) -> int:
 
     The zygote that forks the drivers' workers is forked from this process first, while
     it has imported little and started no thread (``drivers/zygote.py``)."""
-    from devicehost.kubelet.plugin_dir import plugin_dir_problem
+    from devicehost.kubelet.deviceplugin.plugin_dir import plugin_dir_problem
 
     problem = plugin_dir_problem(config.plugin_dir)
     if problem:

@@ -40,10 +40,10 @@ from devicehost.drivers.zygote import Zygote
 from devicehost.edits.compose import PolicyChain
 from devicehost.edits.simulated_paths import spec_on_node
 from devicehost.errors import ConfigError, DriverError
-from devicehost.kubelet.checkpoint import CHECKPOINT_FILE
-from devicehost.kubelet.restart_watch import DirectoryWatcher, file_identity
-from devicehost.kubelet.runner import ResourceRunner
-from devicehost.kubelet.servicer import DevicePluginServicer
+from devicehost.kubelet.deviceplugin.checkpoint import CHECKPOINT_FILE
+from devicehost.kubelet.deviceplugin.restart_watch import DirectoryWatcher, file_identity
+from devicehost.kubelet.deviceplugin.runner import ResourceRunner
+from devicehost.kubelet.deviceplugin.servicer import DevicePluginServicer
 from devicehost.model import ResourceSpec
 from devicehost.simulation.trees import driver_root, make_sim_root
 from devicehost.system import descriptors, supervision
@@ -774,7 +774,7 @@ def pod_resolver(socket: Path | None, checkpoint: Path | None = None) -> PodLook
     """The kubelet's PodResources client (pod UIDs from its device-manager ``checkpoint``),
     imported only when tracing needs it (its generated protobuf modules cost every start
     otherwise)."""
-    from devicehost.kubelet.podresources import PodResolver
+    from devicehost.kubelet.deviceplugin.podresources import PodResolver
 
     return PodResolver(socket, checkpoint=checkpoint)
 

@@ -9,6 +9,7 @@ IDs) when it receives the value.
 from __future__ import annotations
 
 import enum
+import functools
 import posixpath
 import re
 from collections.abc import Mapping
@@ -252,3 +253,32 @@ class HostPath:
 
     def __post_init__(self) -> None:
         _check_host_path("host path", self.path)
+
+
+#: A PCI address (``0000:3b:00.0``, NVML's ``00000000:3B:00.0``, or with ``-`` for ``:`` as
+#: in a device ID), whose parts are hex; otherwise a run of decimal digits.
+_NUMBERS = re.compile(
+    r"(?<![0-9A-Za-z])(?:(?P<domain>[0-9a-fA-F]{4,8})[:-])?(?P<bus>[0-9a-fA-F]{2})[:-]"
+    r"(?P<slot>[0-9a-fA-F]{2})\.(?P<function>[0-7])(?![0-9A-Za-z])|(?P<digits>\d+)"
+)
+
+
+@functools.lru_cache(maxsize=1 << 16)  # device IDs are few and stable; keys are reused
+def natural_key(device_id: str) -> tuple[object, ...]:
+    """Sort key that puts ``gpu-2`` before ``gpu-10``, and PCI addresses in bus order
+    (``0000:33:00.0`` before ``0000:4d:00.0``: their parts are hex, not decimal).
+
+    The key alternates text and a tuple of numbers, so any two keys compare."""
+    key: list[object] = []
+    end = 0
+    for match in _NUMBERS.finditer(device_id):
+        key.append(device_id[end : match.start()])
+        digits = match["digits"]
+        if digits is not None:
+            key.append((int(digits),))
+        else:
+            parts = (match["domain"] or "0", match["bus"], match["slot"], match["function"])
+            key.append(tuple(int(part, 16) for part in parts))
+        end = match.end()
+    key.append(device_id[end:])
+    return tuple(key)

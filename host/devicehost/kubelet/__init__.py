@@ -1,2 +1,3 @@
-"""What faces the kubelet: the DevicePlugin service, registration, the restart watch,
-the PodResources client, and the host's default preferred allocation."""
+"""The host's two faces to the kubelet, which never import each other: the Device Plugin
+API v1beta1 (``deviceplugin``) and Dynamic Resource Allocation (``dra``). Both serve what
+the driver side (``devicehost.drivers``) knows, through the edits layer (``devicehost.edits``)."""

@@ -65,7 +65,7 @@ REQUESTED = "devicehost.device_ids.requested"
 CHOSEN = "devicehost.device_ids.chosen"
 CONTAINER_INDEX = "devicehost.container.index"
 CONTAINER_COUNT = "devicehost.container.count"
-ATTEMPT = "devicehost.kubelet.registration.attempt"
+ATTEMPT = "devicehost.kubelet.deviceplugin.registration.attempt"
 NODE = "k8s.node.name"
 # The workload that received devices, under the semantic conventions' Kubernetes keys, as
 # the kubelet's own spans carry them (syncPod: k8s.pod.name, k8s.namespace.name,

@@ -10,7 +10,7 @@ without topology) and ``AllocResp`` (the container's answer, protobuf in base64)
 
 One difference: ``Checksum`` is 0, not the kubelet's FNV-32a over a Go ``spew`` dump of
 ``Data``, which only Go reproduces; a kubelet would refuse this file, devicehost does not
-check the sum (``devicehost.kubelet.checkpoint``).
+check the sum (``devicehost.kubelet.deviceplugin.checkpoint``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from devicehost.kubelet.checkpoint import CHECKPOINT_FILE
+from devicehost.kubelet.deviceplugin.checkpoint import CHECKPOINT_FILE
 from devicehost.model import Device
 
 #: The kubelet's key for devices without NUMA topology (devicemanager ``nodeWithoutTopology``).

@@ -20,7 +20,7 @@ import grpc
 
 from devicehost._proto.podresources.v1 import api_pb2 as pr
 from devicehost._proto.podresources.v1 import api_pb2_grpc as pr_grpc
-from devicehost.kubelet.checkpoint import DeviceCheckpoint
+from devicehost.kubelet.deviceplugin.checkpoint import DeviceCheckpoint
 from devicehost.telemetry.pods import PodIdentity
 
 log = logging.getLogger(__name__)

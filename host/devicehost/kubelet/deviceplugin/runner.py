@@ -16,10 +16,12 @@ import grpc
 
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from devicehost.config.host_config import HostConfig
-from devicehost.kubelet.plugin_dir import plugin_dir_problem  # gRPC-free: the CLI checks first
-from devicehost.kubelet.registration import register
-from devicehost.kubelet.restart_watch import DirectoryWatcher, file_identity
-from devicehost.kubelet.servicer import DevicePluginServicer
+from devicehost.kubelet.deviceplugin.plugin_dir import (
+    plugin_dir_problem,  # gRPC-free: the CLI checks first
+)
+from devicehost.kubelet.deviceplugin.registration import register
+from devicehost.kubelet.deviceplugin.restart_watch import DirectoryWatcher, file_identity
+from devicehost.kubelet.deviceplugin.servicer import DevicePluginServicer
 from devicehost.model import ResourceSpec
 from devicehost.system.sockets import socket_path_problem
 from devicehost.telemetry.facade import Telemetry

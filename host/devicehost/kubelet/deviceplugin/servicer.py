@@ -23,7 +23,7 @@ from devicehost.drivers.validation import Invalid, edits_from_plain
 from devicehost.edits.compose import CompositionClash, PolicyChain, compose
 from devicehost.edits.simulated_paths import edits_on_node
 from devicehost.errors import DriverError, DriverTimeout, RequestRefused, UnknownDevice
-from devicehost.kubelet.preferred import numa_map, preferred_allocation
+from devicehost.kubelet.deviceplugin.preferred import numa_map, preferred_allocation
 from devicehost.model import NO_EDITS, Allocation, Device, ResourceSpec
 from devicehost.telemetry import tracing
 from devicehost.telemetry.facade import Telemetry
