@@ -28,7 +28,7 @@ Install = Callable[..., None]
 
 @pytest.fixture(autouse=True)
 def _logging_left_as_found() -> Iterator[None]:
-    """``devicehost.cli.main`` run in a test sets up logging as the daemon does: a handler
+    """``devicehost.cli.main.main`` run in a test sets up logging as the daemon does: a handler
     on this test's captured stderr, and levels. Take them away again, so no later test logs
     into a closed stream ("--- Logging error ---")."""
     root, ours = logging.getLogger(), logging.getLogger("devicehost")

@@ -1,4 +1,4 @@
-"""The demo's tour (``devicehost.demo.Tour``) against a real host and kubelet stand-in."""
+"""The demo's tour (``devicehost.cli.demo.Tour``) against a real host and kubelet stand-in."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from devicehost.cli.demo import Tour
 from devicehost.config.host_config import HostConfig
-from devicehost.demo import Tour
 from devicehost.testing.hostthread import HostThread
 from devicehost.testing.kubelet import KubeletStandIn, _Registration
 from devicehost.testing.podresources import PodResourcesStandIn

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from devicehost.cli import _FLAGS
+from devicehost.cli.main import _FLAGS
 from devicehost.config.host_config import SETTINGS, HostConfig
 from devicehost.hookspecs import HOOK_NAMES
 

@@ -307,7 +307,7 @@ def test_host_paths_become_a_mount_plan_without_configure(install, host_config, 
     is dropped, and the host's own directories are listed writable."""
     import json
 
-    from devicehost.cli import main
+    from devicehost.cli.main import main
 
     install("devicehost-alpha", drivers={"alpha": LABELLED})
     assert main(["mounts", "--drivers", "alpha", "--output", "json"]) == 0

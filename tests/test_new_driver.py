@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from devicehost.scaffold import ScaffoldError, write_driver
+from devicehost.cli.scaffold import ScaffoldError, write_driver
 from devicehost.testing import KubeletStandIn
 
 ROOT = Path(__file__).resolve().parent.parent

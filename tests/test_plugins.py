@@ -215,7 +215,7 @@ def test_the_host_reads_no_package_metadata_with_tracing_off():
     """devicehost's own version (package metadata, the email parser: ~6 ms of every cold
     start) goes only on spans; with tracing off the host never reads it."""
     loaded, _ = modules_after(
-        "import devicehost.cli, devicehost.lifecycle; "
+        "import devicehost.cli.main, devicehost.lifecycle; "
         "from devicehost.config.host_config import HostConfig; "
         "from devicehost.telemetry.facade import Telemetry; "
         "Telemetry.from_config(HostConfig())"

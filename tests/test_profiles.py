@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import yaml
 
-from devicehost.cli import main
+from devicehost.cli.main import main
 from devicehost.config.for_node import for_this_node
 from devicehost.config.host_config import load_config
 from devicehost.config.profiles import NodeFacts, choose, parse_profiles

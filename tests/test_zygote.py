@@ -268,7 +268,7 @@ def test_what_devicehost_run_imports_before_it_forks_its_zygote_is_small():
     before its fork) bring in neither asyncio, gRPC, pluggy, the model nor the metadata
     reader: each would delay the fork, and so every worker's start."""
     loaded, _ = modules_after(
-        "import devicehost.cli, devicehost.drivers.zygote, devicehost.simulation.trees, "
+        "import devicehost.cli.main, devicehost.drivers.zygote, devicehost.simulation.trees, "
         "devicehost.kubelet.deviceplugin.plugin_dir"
     )
     tops = {m.split(".")[0] for m in loaded}

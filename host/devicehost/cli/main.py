@@ -262,7 +262,7 @@ def _sourced(exc: ConfigError, config: HostConfig) -> ConfigError:
 async def _drivers(config: HostConfig, as_json: bool) -> int:
     """The running daemon's live state when one serves the plugin directory (read from its
     status server's ``/drivers``); else a probe: the drivers started here and stopped."""
-    from devicehost.live import daemon_drivers
+    from devicehost.cli.live import daemon_drivers
 
     rows = daemon_drivers(config)
     if rows is None:
@@ -397,21 +397,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _command(args: argparse.Namespace) -> int:
     if args.command == "new-driver":
-        from devicehost.scaffold import ScaffoldError, write_driver
+        from devicehost.cli.scaffold import ScaffoldError, write_driver
 
         try:
             dest = write_driver(args.name, args.dest, resource=args.resource)
         except ScaffoldError as exc:
             print(f"devicehost new-driver: {exc}", file=sys.stderr)
             return 2
-        from devicehost.scaffold import next_steps
+        from devicehost.cli.scaffold import next_steps
 
         print(f"wrote {dest}; next, install it beside this devicehost and run its tests:")
         for step in next_steps(dest):
             print(f"  {step}")
         return 0
     if args.command == "demo" and args.list_nodes:
-        from devicehost.demo import list_nodes
+        from devicehost.cli.demo import list_nodes
 
         list_nodes()
         return 0
@@ -454,7 +454,7 @@ def _command(args: argparse.Namespace) -> int:
         if args.command == "devices":
             return asyncio.run(_devices(config, args.json))
         if args.command == "demo":
-            from devicehost.demo import run_demo
+            from devicehost.cli.demo import run_demo
 
             return run_demo(config, keep_running=args.keep_running)
         raise AssertionError(f"unhandled command {args.command!r}")  # pragma: no cover
