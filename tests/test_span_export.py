@@ -8,8 +8,8 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from devicehost.telemetry.export_settings import Activity
 from devicehost.telemetry.span_export import QUIET_SECONDS, IdleSpanProcessor
-from devicehost.telemetry.tracing import Activity
 from support import eventually
 
 

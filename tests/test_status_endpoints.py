@@ -17,8 +17,9 @@ from typing import ClassVar
 import pytest
 
 from devicehost.config.host_config import load_config, redact_url
+from devicehost.telemetry.export_settings import otlp_exporter, traces_endpoint
 from devicehost.telemetry.status_server import StatusServer
-from devicehost.telemetry.tracing import Tracing, otlp_exporter, traces_endpoint
+from devicehost.telemetry.tracing import Tracing
 from support import UNHURRIED_SECONDS
 
 

@@ -5,7 +5,7 @@ host that work holds the GIL, and under sustained load it shows up in Allocate's
 p99 tripled with tracing on). Here the host only turns each finished span into plain data
 (``span_to_plain``, then bytes) and sends it over a ``SOCK_SEQPACKET`` pair to
 ``python -m devicehost.telemetry.export_process``, a fresh interpreter that rebuilds the
-spans and exports them with the SDK's own OTLP exporter (``tracing.otlp_exporter``: the same
+spans and exports them with the SDK's own OTLP exporter (``export_settings.otlp_exporter``: the same
 endpoint, protocol, headers and ``OTEL_*`` variables). Sending never blocks: when
 the child falls behind and the socket buffer is full, new spans are dropped and counted,
 as the SDK's batch processor drops them when its queue is full.
@@ -52,7 +52,7 @@ from devicehost.system.subprocesses import (
     name_process,
     start_helper,
 )
-from devicehost.telemetry.tracing import env_int, max_queue_size, schedule_delay_seconds
+from devicehost.telemetry.export_settings import env_int, max_queue_size, schedule_delay_seconds
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -393,7 +393,7 @@ def serve(channel: socket.socket) -> None:
     from opentelemetry.trace import Link, SpanContext, Status, TraceFlags
     from opentelemetry.trace.span import TraceState
 
-    from devicehost.telemetry.tracing import otlp_exporter
+    from devicehost.telemetry.export_settings import otlp_exporter
 
     classes = {
         "SpanContext": SpanContext,

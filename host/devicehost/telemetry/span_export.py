@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from devicehost.telemetry.tracing import (
+from devicehost.telemetry.export_settings import (
     Activity,
     env_int,
     max_queue_size,

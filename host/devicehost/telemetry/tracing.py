@@ -23,17 +23,15 @@ arrives in the gRPC metadata, which is honoured.
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
-from urllib.parse import urlparse
 
 from devicehost.config.host_config import redact_url
+from devicehost.telemetry.export_settings import Activity
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on: start-up stays fast
     from opentelemetry.sdk.trace import TracerProvider
@@ -94,27 +92,6 @@ DEVICE_PLUGIN_SERVICE = "v1beta1.DevicePlugin"
 REGISTRATION_SERVICE = "v1beta1.Registration"
 
 
-def env_int(name: str, default: int) -> int:
-    """A positive integer from an ``OTEL_BSP_*``-style variable; a bad value is logged."""
-    try:
-        return max(1, int(os.environ.get(name, default)))
-    except ValueError:
-        log.warning("%s=%r is not an integer; using %d", name, os.environ[name], default)
-        return default
-
-
-def max_queue_size() -> int:
-    """``OTEL_BSP_MAX_QUEUE_SIZE``: the most spans held before they must leave (the SDK's
-    default, 2048)."""
-    return env_int("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
-
-
-def schedule_delay_seconds() -> float:
-    """``OTEL_BSP_SCHEDULE_DELAY``: the longest a span waits for export (the SDK's default,
-    5000 ms)."""
-    return env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
-
-
 def rpc_attributes(service: str, method: str) -> dict[str, str]:
     """The attributes every RPC span starts with; ``rpc.method`` is fully qualified."""
     return {RPC_SYSTEM: "grpc", RPC_METHOD: f"{service}/{method}"}
@@ -141,78 +118,6 @@ def instance_id(resource_attributes: Mapping[str, Any]) -> str:
     if pod_uid:
         return str(uuid.uuid5(uuid.UUID(INSTANCE_NAMESPACE), str(pod_uid)))
     return str(uuid.uuid4())
-
-
-def traces_endpoint(env: Mapping[str, str]) -> str:
-    """The standard variables' endpoint for traces: the traces-specific one first."""
-    return env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
-        "OTEL_EXPORTER_OTLP_ENDPOINT", ""
-    )
-
-
-def _protocol(endpoint: str, env: Mapping[str, str]) -> str:
-    chosen = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-    if chosen:
-        return chosen
-    url = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
-    return "http/protobuf" if url.port == 4318 or url.path.endswith("/v1/traces") else "grpc"
-
-
-def _split_credentials(endpoint: str) -> tuple[str, dict[str, str]]:
-    """The endpoint without ``user:password@``, and those credentials as a Basic
-    ``authorization`` header: what the URL meant, without the secret in the URL that
-    exporters and their errors may print."""
-    url = urlparse(endpoint)
-    if url.username is None and url.password is None:
-        return endpoint, {}
-    token = f"{url.username or ''}:{url.password or ''}".encode()
-    netloc = url.hostname or ""
-    if ":" in netloc:
-        netloc = f"[{netloc}]"
-    if url.port is not None:
-        netloc += f":{url.port}"
-    header = {"authorization": "Basic " + base64.b64encode(token).decode()}
-    return url._replace(netloc=netloc).geturl(), header
-
-
-def otlp_exporter(endpoint: str, env: Mapping[str, str] | None = None) -> SpanExporter:
-    """The OTLP span exporter for ``endpoint``; imported lazily to keep start-up fast."""
-    env = os.environ if env is None else env
-    given_for_traces = endpoint == env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    protocol = _protocol(endpoint, env)
-    endpoint, headers = _split_credentials(endpoint)
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-        insecure = not endpoint.startswith("https://")
-        return OTLPSpanExporter(endpoint=endpoint, insecure=insecure, headers=headers or None)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-        OTLPSpanExporter as HttpExporter,
-    )
-
-    if given_for_traces or endpoint.endswith("/v1/traces"):
-        url = endpoint
-    else:
-        url = endpoint.rstrip("/") + "/v1/traces"
-    return HttpExporter(endpoint=url, headers=headers or None)
-
-
-class Activity:
-    """Counts kubelet requests in flight; the exporter waits for a quiet moment."""
-
-    def __init__(self) -> None:
-        self.in_flight = 0
-        self.last_end = 0.0
-
-    def begin(self) -> None:
-        self.in_flight += 1
-
-    def end(self) -> None:
-        self.in_flight -= 1
-        self.last_end = time.monotonic()
-
-    def quiet_for(self) -> float:
-        return 0.0 if self.in_flight else time.monotonic() - self.last_end
 
 
 class _NoSpanContext:
