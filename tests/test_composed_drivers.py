@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import pytest
 
 from devicehost import ContainerEdits
-from devicehost.lifecycle import Resource
+from devicehost.drivers.ownership import Claim as Resource
 from devicehost.testing import HostThread, KubeletStandIn
 from support import eventually
 from testdrivers.declaring import JOINED, write_devices

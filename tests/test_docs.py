@@ -177,7 +177,7 @@ METRIC_ROW = re.compile(r"^\| `(devicehost_[a-z_]+)` \| ([a-z]+) \|", re.MULTILI
 def exported_metrics() -> dict[str, str]:
     """Every metric a host exports (name → Prometheus type), read from the registry of a
     host built as `devicehost run` builds it: a metric added anywhere shows up here."""
-    from devicehost.lifecycle import Host
+    from devicehost.host import Host
 
     host = Host(HostConfig(metrics_address="", pod_resources_socket=None))
     exported = {}

@@ -702,9 +702,24 @@ HOST_TASKS = [
     ("devicehost.drivers.scan", "Scanner", "run", "scan-"),
     ("devicehost.node.labels", "NodeLabels", "run", "node-labels"),
     ("devicehost.edits.cdi", "CdiWriter", "retry_failed", "cdi-retry"),
-    ("devicehost.lifecycle", "Host", "_count_kubelet_restarts", "kubelet-restarts"),
-    ("devicehost.lifecycle", "Host", "_keep_plugin_dir_locked", "plugin-dir-lock"),
-    ("devicehost.lifecycle", "Host", "_watch_when_registered", "watch-start"),
+    (
+        "devicehost.kubelet.deviceplugin.face",
+        "DevicePluginFace",
+        "_count_kubelet_restarts",
+        "kubelet-restarts",
+    ),
+    (
+        "devicehost.kubelet.deviceplugin.plugin_dir_lock",
+        "PluginDirLock",
+        "keep_locked",
+        "plugin-dir-lock",
+    ),
+    (
+        "devicehost.kubelet.deviceplugin.face",
+        "DevicePluginFace",
+        "_watch_when_registered",
+        "watch-start",
+    ),
     (
         "devicehost.kubelet.deviceplugin.restart_watch",
         "DirectoryWatcher",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from devicehost.lifecycle import PluginDirInUse
+from devicehost.kubelet.deviceplugin.plugin_dir_lock import PluginDirInUse
 from devicehost.testing import HostThread, KubeletStandIn
 from support import SCRIPTED, UNHURRIED_SECONDS, eventually, run_scripted
 from support import scripted as scripted_control

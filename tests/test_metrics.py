@@ -129,7 +129,7 @@ def test_the_host_starts_without_the_prometheus_client():
     """Importing the host and counting leave the client out (its import pulls http.server,
     the email parser and datetime: ~20 ms of every cold start); the first read brings it."""
     probe = (
-        "import sys, devicehost.cli.main, devicehost.lifecycle; "
+        "import sys, devicehost.cli.main, devicehost.host; "
         "from devicehost.telemetry.facade import Telemetry; "
         "t = Telemetry(); t.metrics.registrations.inc(resource='r', result='ok'); "
         "print('prometheus_client' in sys.modules); t.metrics.render(); "

@@ -23,7 +23,7 @@ def status(plugins, name):
 def started(host_config, *names):
     """Start the named drivers as ``devicehost drivers`` does (each in its own worker) and
     return the host once each has come up or failed."""
-    from devicehost.lifecycle import Host
+    from devicehost.host import Host
 
     host = Host(replace(host_config, enabled_drivers=names))
 
@@ -215,7 +215,7 @@ def test_the_host_reads_no_package_metadata_with_tracing_off():
     """devicehost's own version (package metadata, the email parser: ~6 ms of every cold
     start) goes only on spans; with tracing off the host never reads it."""
     loaded, _ = modules_after(
-        "import devicehost.cli.main, devicehost.lifecycle; "
+        "import devicehost.cli.main, devicehost.host; "
         "from devicehost.config.host_config import HostConfig; "
         "from devicehost.telemetry.facade import Telemetry; "
         "Telemetry.from_config(HostConfig())"
@@ -231,7 +231,7 @@ def test_a_host_with_the_default_config_loads_only_what_it_uses():
         "import asyncio\n"
         "from devicehost.config.host_config import HostConfig\n"
         "from devicehost.drivers.discovery import Listing, load_plugins\n"
-        "from devicehost.lifecycle import Host\n"
+        "from devicehost.host import Host\n"
         "async def build():\n"
         "    Host(HostConfig(metrics_address='', pod_resources_socket=''))\n"
         "    load_plugins(listing=Listing())\n"

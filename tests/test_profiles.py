@@ -13,7 +13,7 @@ from devicehost.config.for_node import for_this_node
 from devicehost.config.host_config import load_config
 from devicehost.config.profiles import NodeFacts, choose, parse_profiles
 from devicehost.errors import ConfigError
-from devicehost.lifecycle import _probe_labels
+from devicehost.host import _probe_labels
 
 PROFILES = [
     {"name": "by-name", "match": {"nodeNames": ["npu-b-*"]}, "drivers": {"alpha": {"x": 1}}},

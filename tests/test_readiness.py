@@ -9,7 +9,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from devicehost.lifecycle import NOT_READY_AFTER_RUNS
+from devicehost.drivers.running import NOT_READY_AFTER_RUNS
 from support import eventually
 
 RES_A = "test.example/a"

@@ -87,7 +87,7 @@ def test_with_tracing_off_the_host_never_imports_opentelemetry():
     scanning every distribution's entry points) cost ~35 ms of every cold start together;
     without an endpoint nothing needs them: requests get a span that records nothing."""
     loaded, run = modules_after(
-        "import devicehost.cli.main, devicehost.lifecycle; "
+        "import devicehost.cli.main, devicehost.host; "
         "from devicehost.telemetry.facade import Telemetry; "
         "from devicehost.telemetry.logs import setup_logging; "
         "setup_logging('json', 'info'); t = Telemetry(); "

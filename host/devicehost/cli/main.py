@@ -17,7 +17,7 @@ from devicehost.errors import ConfigError
 
 if TYPE_CHECKING:
     from devicehost.drivers.zygote import Plan, Zygote
-    from devicehost.lifecycle import Host
+    from devicehost.host import Host
 
 log = logging.getLogger("devicehost")
 
@@ -336,14 +336,14 @@ async def _check_driver_sections(config: HostConfig) -> None:
     """Let each installed driver validate its own section (its configure raises ValueError),
     and check that every resource's socket path fits the unix limit."""
     from devicehost.drivers.discovery import DriverStatus
-    from devicehost.lifecycle import CONFIG_REFUSED
+    from devicehost.drivers.running import CONFIG_REFUSED
 
     def not_refusals(record: logging.LogRecord) -> bool:
         """The host's log line for a refused section: said below, as this command's error."""
         return not all(getattr(record, k, None) == v for k, v in CONFIG_REFUSED.items())
 
     host = _host(config)
-    lifecycle_log = logging.getLogger("devicehost.lifecycle")
+    lifecycle_log = logging.getLogger("devicehost.drivers.running")
     lifecycle_log.addFilter(not_refusals)
     try:
         await host.prepare(scan=False)
@@ -361,7 +361,7 @@ async def _check_driver_sections(config: HostConfig) -> None:
 
 
 def _host(config: HostConfig) -> Host:
-    from devicehost.lifecycle import Host  # imported late: grpc reads its env at import
+    from devicehost.host import Host  # imported late: grpc reads its env at import
 
     return Host(config)
 
@@ -609,7 +609,7 @@ async def _serve(config: HostConfig, zygote: Zygote, sim_root: Path | None) -> N
     if signal.SIGHUP in _SIGNALS_BEFORE_LOOP:
         _sighup_ignored()
     from devicehost.drivers.early import start_workers
-    from devicehost.lifecycle import serve
+    from devicehost.host import serve
 
     try:
         early = None if config.profiles else await start_workers(config, zygote, sim_root)

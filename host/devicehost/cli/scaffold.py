@@ -35,7 +35,7 @@ def template_dir() -> Path:
     packaged = resources.files("devicehost") / "_template"
     if packaged.is_dir():
         return Path(str(packaged))
-    checkout = Path(__file__).resolve().parents[2] / "drivers" / "_template"
+    checkout = Path(__file__).resolve().parents[3] / "drivers" / "_template"
     if (checkout / "pyproject.toml").is_file():
         return checkout
     raise ScaffoldError("the driver template is missing from this devicehost installation")
@@ -64,7 +64,7 @@ def _shown(path: Path) -> str:
 
 def _checkout_uv() -> str | None:
     """The uv of a source checkout's ``make setup`` (``.tools/bin/uv``), if this is one."""
-    uv = Path(__file__).resolve().parents[2] / ".tools" / "bin" / "uv"
+    uv = Path(__file__).resolve().parents[3] / ".tools" / "bin" / "uv"
     return _shown(uv) if uv.is_file() else None
 
 

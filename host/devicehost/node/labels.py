@@ -240,3 +240,12 @@ class NodeLabels:
             self.file.remove()
         except OSError as exc:
             log.warning("cannot remove the node feature file %s: %s", self.file.path, exc)
+
+
+async def labels_of(drivers: Iterable[Driver], timeout: float) -> dict[str, str]:
+    """The labels the drivers that are up report now, written nowhere (a profile's facts)."""
+    collected = NodeLabels(Path("/dev/null"), timeout)
+    for driver in drivers:
+        if driver.up:
+            await collected.add(driver, (), write=False)
+    return collected.labels()

@@ -18,6 +18,7 @@ import socket
 import time
 from collections.abc import Callable
 
+from devicehost.errors import ConfigError
 from devicehost.system import supervision
 from devicehost.telemetry.metrics import CONTENT_TYPE
 
@@ -174,3 +175,24 @@ def _listening_sockets(host: str | None, port: int) -> list[socket.socket]:
     if not sockets:
         raise first_error or OSError(f"no address to listen on for {host!r}")
     return sockets
+
+
+async def start_status_server(
+    address: str,
+    metrics: Callable[[], str],
+    not_ready: Callable[[], list[str]],
+    on_task_restart: Callable[[str], None] | None = None,
+    drivers: Callable[[], object] | None = None,
+) -> StatusServer | None:
+    """The status server on ``address`` (``metrics.address``), serving; None when the
+    address is empty (off). An address it cannot listen on is a config error."""
+    if not address:
+        return None
+    server = StatusServer(address, metrics, not_ready, on_task_restart, drivers)
+    try:
+        await server.start()
+    except OSError as exc:
+        raise ConfigError(
+            "config", "metrics.address", f"cannot listen on {address}: {exc.strerror}"
+        ) from exc
+    return server

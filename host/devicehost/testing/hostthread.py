@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from devicehost.config.host_config import HostConfig, with_overrides
-from devicehost.lifecycle import Host
+from devicehost.host import Host
 from devicehost.testing.fakeroot import FakeRoot
 
 T = TypeVar("T")
