@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from devicehost.drivers.conformance import UNKNOWN_ID
 from devicehost.testing import ConformanceError, check_driver
-from devicehost.testing.conformance import UNKNOWN_ID
 
 CASES = "testdrivers.conformance_cases"
 RESOURCE = "conformance.example/widget"

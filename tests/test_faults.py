@@ -142,7 +142,7 @@ def restart_loop(
         "delay": {"devicehost_allocate": 0.003, "devicehost_enumerate": 0.002},
     }
     thread = HostThread(host_config, enabled_drivers=("alpha",), drivers={"alpha": section})
-    thread.host.use_inotify = inotify
+    thread.host.face.use_inotify = inotify
     thread.start()
     try:
         driver = scripted_control(thread, RES)
@@ -591,8 +591,8 @@ def test_late_kubelet_gets_one_registration(install, host_config, plugin_dir):
         max_backoff=0.05,
         drivers={"alpha": {"resources": {RES: 2}}},
     )
-    thread.host.use_inotify = False
-    thread.host.watcher.poll_interval = 1.0
+    thread.host.face.use_inotify = False
+    thread.host.face.watcher.poll_interval = 1.0
     with thread:
         time.sleep(0.2)  # a few attempts fail: nobody listens yet
         with KubeletStandIn(plugin_dir, start=True) as kubelet:
@@ -803,7 +803,7 @@ def test_an_exception_in_any_host_task_is_logged_counted_and_the_task_restarted(
         kubelet.wait_health(resource, f"{prefix}-0", "Healthy")
         assert kubelet.allocate(resource, [[f"{prefix}-1"]])
     if task == "watch-start":  # a one-shot task: done its job, the watch runs
-        eventually(lambda: host.host.watcher.mode != "stopped")
+        eventually(lambda: host.host.face.watcher.mode != "stopped")
     else:
         running = host.call(
             lambda: [t for t in asyncio.all_tasks() if t.get_name() == name and not t.done()]

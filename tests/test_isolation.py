@@ -410,7 +410,7 @@ def test_a_worker_killed_while_the_zygote_is_frozen_is_noticed_and_both_restart(
     caplog.set_level(logging.INFO, logger="devicehost")
     host = beside_good(install, run_host, "testdrivers.scripted:Scripted")
     kubelet.wait_devices(BAD, lambda d: {x.health for x in d.values()} == {"Healthy"})
-    zygote = host.host.zygote.pid
+    zygote = host.host.running.zygote.pid
     handle = host.host.drivers["bad"]
     worker = handle.process.pid
     os.kill(zygote, signal.SIGSTOP)
@@ -419,7 +419,7 @@ def test_a_worker_killed_while_the_zygote_is_frozen_is_noticed_and_both_restart(
         kubelet.wait_devices(BAD, lambda d: {x.health for x in d.values()} == {"Unhealthy"})
         eventually(lambda: logged(caplog, "driver 'bad' is down", "closed its channel"))
         eventually(lambda: logged(caplog, f"the zygote (pid {zygote}) did not answer"))
-        eventually(lambda: host.host.zygote.pid not in (None, zygote), timeout=20)
+        eventually(lambda: host.host.running.zygote.pid not in (None, zygote), timeout=20)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(zygote, signal.SIGKILL)

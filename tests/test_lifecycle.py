@@ -51,10 +51,10 @@ def test_restart_is_detected_by_polling_without_inotify(install, host_config, ku
     """Where inotify is unavailable, the polling fallback notices the restart."""
     install("devicehost-alpha", drivers={"alpha": SCRIPTED})
     thread = HostThread(host_config, enabled_drivers=("alpha",), drivers={"alpha": section()})
-    thread.host.use_inotify = False
+    thread.host.face.use_inotify = False
     with thread:
         kubelet.wait_registered(RES)
-        eventually(lambda: thread.host.watcher.mode == "polling")  # once registered
+        eventually(lambda: thread.host.face.watcher.mode == "polling")  # once registered
         kubelet.restart()
         kubelet.wait_registered(RES, count=2)
 
@@ -282,11 +282,11 @@ def test_plugin_dir_replaced_by_a_file_then_restored(install, host_config, kubel
     install("devicehost-alpha", drivers={"alpha": SCRIPTED})
     before = inotify_descriptors()
     thread = HostThread(host_config, enabled_drivers=("alpha",), drivers={"alpha": section()})
-    thread.host.watcher.safety_interval = 3600.0  # only inotify can notice a restart
+    thread.host.face.watcher.safety_interval = 3600.0  # only inotify can notice a restart
     plugin_dir = kubelet.plugin_dir
     with thread:
         kubelet.wait_registered(RES)
-        eventually(lambda: thread.host.watcher.mode == "inotify")  # once registered
+        eventually(lambda: thread.host.face.watcher.mode == "inotify")  # once registered
         kubelet.stop()
         eventually(lambda: _emptied_and_removed(plugin_dir))
         plugin_dir.write_text("not a directory")

@@ -97,14 +97,14 @@ def test_a_killed_zygote_is_replaced_and_its_drivers_come_back(install, run_host
     )
     kubelet.wait_devices("test.example/a", lambda d: len(d) == 2)
     handle = host.host.drivers["alpha"]
-    first_zygote, first_worker = host.host.zygote.pid, handle.process.pid
+    first_zygote, first_worker = host.host.running.zygote.pid, handle.process.pid
     assert first_zygote is not None and zygote_of(first_worker) == first_zygote
 
     os.kill(first_zygote, signal.SIGKILL)
     eventually(lambda: handle.process.pid != first_worker, timeout=20)
     eventually(lambda: handle.info.status is DriverStatus.ACTIVE, timeout=20)
-    assert host.host.zygote.pid not in (None, first_zygote)
-    assert zygote_of(handle.process.pid) == host.host.zygote.pid
+    assert host.host.running.zygote.pid not in (None, first_zygote)
+    assert zygote_of(handle.process.pid) == host.host.running.zygote.pid
     kubelet.wait_devices(
         "test.example/a", lambda d: all(x.health == "Healthy" for x in d.values()), timeout=20
     )

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from devicehost.config.for_node import for_this_node
 from devicehost.config.host_config import HostConfig
+from devicehost.drivers.conformance import ConformanceError, ConformanceReport, check_driver
 from devicehost.drivers.discovery import PluginSet
 from devicehost.drivers.early import EarlyStart
 from devicehost.drivers.ownership import Claim, ResourceTable
@@ -31,7 +32,6 @@ from devicehost.drivers.snapshots import ResourceState
 from devicehost.drivers.supervisor import STOP_GRACE_SECONDS, DriverHandle
 from devicehost.drivers.zygote import Zygote
 from devicehost.kubelet.deviceplugin.face import DevicePluginFace, pod_resolver
-from devicehost.kubelet.deviceplugin.restart_watch import DirectoryWatcher
 from devicehost.node.file_errors import node_file_errors
 from devicehost.system import descriptors, supervision
 from devicehost.telemetry.facade import Telemetry
@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from devicehost.node.labels import NodeLabels
 
 log = logging.getLogger(__name__)
+
+#: The kit (``devicehost.testing``) reaches the host through this module alone.
+__all__ = ["ConformanceError", "ConformanceReport", "Host", "check_driver", "serve"]
 
 STREAM_GRACE_SECONDS = 0.05
 STOP_TASKS_SECONDS = 0.5
@@ -99,22 +102,6 @@ class Host:
     @property
     def drivers(self) -> dict[str, DriverHandle]:
         return self.running.handles
-
-    @property
-    def zygote(self) -> Zygote:
-        return self.running.zygote
-
-    @property
-    def watcher(self) -> DirectoryWatcher:
-        return self.face.watcher
-
-    @property
-    def use_inotify(self) -> bool:
-        return self.face.use_inotify
-
-    @use_inotify.setter
-    def use_inotify(self, value: bool) -> None:
-        self.face.use_inotify = value
 
     def simulated_root(self, driver: str) -> Path | None:
         """The simulated tree of the driver named ``driver``, or None when not simulating."""

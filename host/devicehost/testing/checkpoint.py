@@ -24,9 +24,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from devicehost.kubelet.deviceplugin.checkpoint import CHECKPOINT_FILE
 from devicehost.model import Device
 
+#: The file's name in the device-plugin directory (devicemanager's
+#: ``kubeletDeviceManagerCheckpoint``); the host reads it by the same name.
+CHECKPOINT_FILE = "kubelet_internal_checkpoint"
 #: The kubelet's key for devices without NUMA topology (devicemanager ``nodeWithoutTopology``).
 NO_TOPOLOGY = -1
 
