@@ -27,6 +27,7 @@ lint: setup
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) mypy
+	$(RUN) lint-imports
 
 format: setup
 	$(RUN) ruff check --fix .
