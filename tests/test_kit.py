@@ -21,6 +21,18 @@ def test_wait_devices_accepts_an_empty_list(install, run_host, kubelet):
     assert kubelet.wait_devices("a.example/x", lambda devices: devices == {}) == {}
 
 
+def test_driver_path_gives_the_path_the_driver_declared_under_simulation(kubelet, run_host):
+    """Under simulation an answer names a device node inside the driver's simulated tree;
+    driver_path takes the tree off, giving the path the template declares."""
+    host = run_host(enabledDrivers=["template"], simulate=True)
+    kubelet.wait_devices("example.com/widget", lambda devices: len(devices) == 4)
+    (container,) = kubelet.allocate("example.com/widget", [["widget1"]])
+    (node,) = container.devices
+    assert node.host_path != "/dev/widget1"
+    assert host.driver_path("template", node.host_path) == "/dev/widget1"
+    assert host.driver_path("template", "/dev/widget1") == "/dev/widget1"
+
+
 def test_fake_pci_device_refuses_a_different_device_at_a_taken_address(tmp_path):
     """Two simulated devices at one PCI address would corrupt each other: refused."""
     root = FakeRoot(tmp_path)

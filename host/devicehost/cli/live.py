@@ -1,10 +1,10 @@
 """What a running devicehost reports about its drivers, for ``devicehost drivers``.
 
-A daemon holds an exclusive lock on the plugin directory it serves (``lifecycle``); a
-command that finds the lock taken knows one runs, and reads the daemon's live state from
-its status server (``GET /drivers`` on ``metrics.address``, the same config the daemon
-reads). When none runs, or its status server is off or does not answer, the caller probes
-the drivers itself.
+A daemon holds an exclusive lock on the plugin directory it serves
+(``kubelet.deviceplugin.plugin_dir_lock``); a command that finds the lock taken knows one
+runs, and reads the daemon's live state from its status server (``GET /drivers`` on
+``metrics.address``, the same config the daemon reads). When none runs, or its status
+server is off or does not answer, the caller probes the drivers itself.
 """
 
 from __future__ import annotations

@@ -83,6 +83,17 @@ class HostThread:
             raise ValueError(f"the host is not simulating, or has no driver named {driver!r}")
         return FakeRoot(root)
 
+    def driver_path(self, driver: str, host_path: str) -> str:
+        """``host_path`` from an answer as ``driver`` declared it: under ``simulate`` the
+        host answers with host paths inside the driver's simulated tree (so a runtime on
+        the node finds them), on hardware as declared. A test that compares with this holds
+        on both: ``host.driver_path(NAME, node.host_path) == "/dev/widget1"``."""
+        root = self.host.simulated_root(driver)
+        prefix = "" if root is None else str(root)
+        if prefix and host_path.startswith(prefix + "/"):
+            return host_path[len(prefix) :]
+        return host_path
+
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the host (streams end, sockets go, drivers shut down); idempotent."""
         if self._thread.is_alive() and self._stop is not None:
