@@ -26,7 +26,7 @@ from devicehost.kubelet.dra.slices import (
     Unhealthy,
     build_pool,
 )
-from devicehost.model import Device, Health
+from devicehost.model import Device, DeviceAttributes, Health
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DRIVER = "nvidia.devicehost.io"
@@ -85,6 +85,24 @@ def test_snapshot_gives_the_numa_node_only_when_there_is_one():
     """A device on one NUMA node publishes it; one spanning two nodes publishes none."""
     assert facts_from_snapshot(Device(id="a", numa_nodes=(1,))).numa_node == 1
     assert facts_from_snapshot(Device(id="a", numa_nodes=(0, 1))).numa_node is None
+
+
+def test_snapshot_gives_the_attributes_the_driver_declared():
+    """A device's declared attributes become its facts, and so its slice attributes."""
+    given = DeviceAttributes(
+        product="NVIDIA H100 80GB HBM3",
+        pci_address="0000:1b:00.0",
+        pcie_root="pci0000:15",
+        memory_bytes=80 * 1024**3,
+    )
+    facts = facts_from_snapshot(Device(id="a", numa_nodes=(0,), attributes=given))
+    attributes, capacity, notes = attributes_and_capacity(facts)
+    assert attributes["productName"] == {"string": "NVIDIA H100 80GB HBM3"}
+    assert attributes["resource.kubernetes.io/pciBusID"] == {"string": "0000:1b:00.0"}
+    assert attributes["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:15"}
+    assert attributes["resource.kubernetes.io/numaNode"] == {"int": 0}
+    assert capacity["memory"] == {"value": str(80 * 1024**3)}
+    assert notes == []
 
 
 def test_attributes_and_capacity_use_the_api_spelling():

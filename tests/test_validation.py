@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from devicehost.drivers.validation import devices_from_plain
-from devicehost.model import ContainerEdits, DeviceNode
+from devicehost.model import NO_ATTRIBUTES, ContainerEdits, DeviceAttributes, DeviceNode
 
 SHARED = {
     "envs": {"RDMA_DEVICES": "mlx5_0"},
@@ -31,3 +31,59 @@ def test_devices_that_share_edits_are_each_checked_and_keep_them():
     assert devices[0].edits == devices[1].edits == expected
     assert devices[2].edits.envs == {"RDMA_DEVICES": "mlx5_1"}
     assert len(problems) == 1 and "'slot-2'" in problems[0]
+
+
+def test_attributes_that_keep_the_rules_cross_unchanged():
+    """A device's attributes arrive as the driver gave them."""
+    data = [
+        {"id": "gpu0", "health": "Healthy", "attributes": {"product": "H100", "memory_bytes": 8}}
+    ]
+    (device,), problems = devices_from_plain("nvidia", data)
+    assert device.attributes == DeviceAttributes(product="H100", memory_bytes=8)
+    assert problems == []
+
+
+def test_an_attribute_the_api_would_refuse_costs_the_attributes_not_the_device():
+    """A string over 64 characters, a malformed PCI address, negative memory, a wrong
+    type or an unknown name: the device is kept without attributes, and the problem names
+    the device and the attribute."""
+    bad = [
+        {"product": "x" * 65},
+        {"pci_address": "0000:3B:00.0"},
+        {"memory_bytes": -1},
+        {"chip_type": 7},
+        {"colour": "red"},
+        "not a mapping",
+    ]
+    data = [{"id": f"d{i}", "health": "Healthy", "attributes": a} for i, a in enumerate(bad)]
+    devices, problems = devices_from_plain("acme", data)
+    assert [d.id for d in devices] == [f"d{i}" for i in range(len(bad))]
+    assert all(d.attributes == NO_ATTRIBUTES for d in devices)
+    assert len(problems) == len(bad)
+    for index, (problem, name) in enumerate(
+        zip(
+            problems,
+            ["product", "pci_address", "memory_bytes", "chip_type", "colour", "attributes"],
+            strict=True,
+        )
+    ):
+        assert problem.startswith(f"device 'd{index}': ") and name in problem, problem
+
+
+def test_a_scan_logs_attributes_left_out_and_keeps_serving_the_device(
+    install, run_host, kubelet, caplog
+):
+    """Through a real host: a device whose attributes break a rule is listed to the
+    kubelet, and the log says the attributes were left out, naming driver and device."""
+    import logging
+
+    caplog.set_level(logging.ERROR, logger="devicehost")
+    install("devicehost-attrs", drivers={"attrs": "testdrivers.attributed:Attributed"})
+    run_host(enabled_drivers=("attrs",))
+    devices = kubelet.wait_devices("example.com/attr", lambda d: len(d) == 2)
+    assert sorted(devices) == ["bad", "good"]
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(
+        "driver 'attrs'" in m and "device 'bad'" in m and "its attributes left out" in m
+        for m in lines
+    ), lines

@@ -198,15 +198,83 @@ class ResourceSpec:
         return "devicehost-" + re.sub(r"[^A-Za-z0-9_.-]", "_", self.name) + ".sock"
 
 
+#: The longest attribute string: DRA's limit for a string or version attribute.
+MAX_ATTRIBUTE_LENGTH = 64
+_PCI_ADDRESS_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_ATTRIBUTE_STRINGS = (
+    "product",
+    "model",
+    "chip_type",
+    "mig_profile",
+    "interconnect_group",
+    "driver_version",
+    "pci_address",
+    "pcie_root",
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeviceAttributes:
+    """What a driver knows of one device beyond its ID, health and NUMA nodes, as plain
+    facts in no API's vocabulary; an empty string or None means not known.
+
+    The device-plugin face ignores them (the kubelet has nowhere to put them); the DRA face
+    publishes them in ResourceSlices, where claims select devices by them (docs/dra.md has
+    the names each becomes). Strings are at most 64 printable characters.
+    """
+
+    #: the product's name as its vendor reports it (``NVIDIA H100 80GB HBM3``)
+    product: str = ""
+    #: a finer model name, where the product name does not say it
+    model: str = ""
+    #: the chip's type (``910B3``)
+    chip_type: str = ""
+    #: a partition's profile (``1g.10gb``)
+    mig_profile: str = ""
+    #: the group of devices joined by a fast interconnect (an NVLink domain, an HCCS ring)
+    interconnect_group: str = ""
+    #: the vendor driver's version as it reports it (published only where it is SemVer)
+    driver_version: str = ""
+    #: the PCI function's address, ``dddd:bb:dd.f`` in lower case
+    pci_address: str = ""
+    #: the PCIe root the function sits under (``pci0000:15``)
+    pcie_root: str = ""
+    #: the device's own memory, in bytes
+    memory_bytes: int | None = None
+
+    def problem(self) -> str | None:
+        """Why these attributes cannot be published, or None when they can."""
+        for name in _ATTRIBUTE_STRINGS:
+            value = getattr(self, name)
+            if type(value) is not str:
+                return f"attribute {name} is {type(value).__name__}, expected a string"
+            if len(value) > MAX_ATTRIBUTE_LENGTH or not value.isprintable():
+                return (
+                    f"attribute {name} {value[:80]!r} is not a string of at most "
+                    f"{MAX_ATTRIBUTE_LENGTH} printable characters"
+                )
+        if self.pci_address and not _PCI_ADDRESS_RE.match(self.pci_address):
+            return f"attribute pci_address {self.pci_address!r} is not dddd:bb:dd.f in lower case"
+        memory = self.memory_bytes
+        if memory is not None and (type(memory) is not int or not 0 <= memory < 1 << 63):
+            return f"attribute memory_bytes {memory!r:.40} is not a whole number of bytes >= 0"
+        return None
+
+
+NO_ATTRIBUTES = DeviceAttributes()
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Device:
-    """One schedulable unit: an ID (at most 63 characters), its health, its NUMA nodes, and
-    the container edits it needs (its device nodes, its share of an env variable, …)."""
+    """One schedulable unit: an ID (at most 63 characters), its health, its NUMA nodes, the
+    container edits it needs (its device nodes, its share of an env variable, …), and what
+    else the driver knows of it (``attributes``, optional)."""
 
     id: str
     health: Health = Health.HEALTHY
     numa_nodes: tuple[int, ...] = ()
     edits: ContainerEdits = NO_EDITS
+    attributes: DeviceAttributes = NO_ATTRIBUTES
 
     def __post_init__(self) -> None:
         # Not validated here: the host checks each device at enumeration and drops only the

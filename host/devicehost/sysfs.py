@@ -1,9 +1,10 @@
 """Small sysfs readers for drivers: part of devicehost's public API (``__all__``).
 
 ``read_attr`` and ``read_int`` take the full path of one attribute (already joined to the
-driver's ``root``); ``pci_numa_node`` and ``pci_path`` take the host's ``/`` as ``root``
-and a PCI address in either spelling, so they work on a fake tree. Missing or unreadable
-attributes give ``None``: hardware vanishes, and a reader must not crash.
+driver's ``root``); ``pci_numa_node``, ``pci_path`` and ``pcie_root`` take the host's
+``/`` as ``root`` and a PCI address in either spelling, so they work on a fake tree.
+Missing or unreadable attributes give ``None``: hardware vanishes, and a reader must not
+crash.
 """
 
 from __future__ import annotations
@@ -11,7 +12,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["normalise_pci_address", "pci_numa_node", "pci_path", "read_attr", "read_int"]
+__all__ = [
+    "normalise_pci_address",
+    "pci_numa_node",
+    "pci_path",
+    "pcie_root",
+    "read_attr",
+    "read_int",
+]
 
 StrPath = str | os.PathLike[str]
 
@@ -70,3 +78,18 @@ def pci_path(root: Path, address: str) -> Path | None:
         return link.resolve(strict=True)
     except OSError:
         return None
+
+
+def pcie_root(root: Path, address: str) -> str | None:
+    """The PCIe root complex a PCI function sits under, ``pci<domain>:<bus>`` (the first
+    directory under ``/sys/devices`` its ``/sys/bus/pci/devices`` link resolves to, as
+    k8s.io/dynamic-resource-allocation's ``deviceattribute`` reads it); None when unknown."""
+    address = normalise_pci_address(address)
+    resolved = pci_path(root, address)
+    if resolved is None or resolved.name != address:
+        return None
+    try:
+        parts = resolved.relative_to((root / "sys/devices").resolve()).parts
+    except ValueError:
+        return None
+    return parts[0] if parts and parts[0].startswith("pci") else None

@@ -23,12 +23,14 @@ from typing import Any
 from devicehost import (
     ContainerEdits,
     Device,
+    DeviceAttributes,
     DeviceNode,
     Health,
     HostPath,
     ResourceSpec,
     hookimpl,
 )
+from devicehost.sysfs import read_attr
 
 #: The entry-point name in pyproject.toml: how operators and tests name this driver.
 NAME = "template"
@@ -77,6 +79,12 @@ def _read_health(root: Path, name: str) -> Health:
     return Health.HEALTHY if ok else Health.UNHEALTHY
 
 
+def _attributes(root: Path, name: str) -> DeviceAttributes:
+    """What else is known of a widget, for claims to select it by (DRA): its product name."""
+    product = read_attr(_health_file(root, name).parent / "product")
+    return DeviceAttributes(product=(product or "")[:64])
+
+
 def _numa_nodes(root: Path, name: str) -> tuple[int, ...]:
     try:
         node = int((_health_file(root, name).parent / "numa_node").read_text())
@@ -109,6 +117,7 @@ def devicehost_simulate(root: Path, config: Mapping[str, Any], node: str) -> Non
         health.parent.mkdir(parents=True, exist_ok=True)
         health.write_text("ok\n")
         (health.parent / "numa_node").write_text(f"{index % 2}\n")
+        (health.parent / "product").write_text("Example Widget 2000\n")
 
 
 @hookimpl
@@ -139,6 +148,7 @@ def devicehost_enumerate(resource: str) -> Sequence[Device]:
             edits=ContainerEdits(
                 envs={VISIBLE: name}, devices=(DeviceNode(host_path=f"/dev/{name}"),)
             ),
+            attributes=_attributes(root, name),
         )
         for name in _names(root)
     ]

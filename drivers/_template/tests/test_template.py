@@ -69,3 +69,12 @@ def test_fault_reaches_kubelet_and_recovers(kubelet, run_host) -> None:
     kubelet.wait_health(RESOURCE, "widget2", Health.UNHEALTHY)
     widgets.write("/sys/class/widget/widget2/health", "ok")
     kubelet.wait_health(RESOURCE, "widget2", Health.HEALTHY)
+
+
+def test_widgets_carry_their_product_name(kubelet, run_host) -> None:
+    """Each widget's attributes (its product name, for DRA claims to select it by) reach
+    the host checked, alongside its ID and health."""
+    host = run_host(enabledDrivers=[NAME], simulate=True)
+    kubelet.wait_devices(RESOURCE, lambda devices: len(devices) == 4)
+    devices = host.call(lambda: dict(host.host.resources[RESOURCE].state.devices))
+    assert {d.attributes.product for d in devices.values()} == {"Example Widget 2000"}

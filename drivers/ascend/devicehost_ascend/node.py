@@ -24,6 +24,7 @@ from devicehost import (
 )
 from devicehost_ascend import devfs, inventory
 from devicehost_ascend.allocation import JOINED_ENVS, device_edits, resource_edits
+from devicehost_ascend.attributes import AttributeReader
 from devicehost_ascend.config import RETIRED_KEYS, AscendConfig
 from devicehost_ascend.dcmi import Dcmi, DcmiError
 from devicehost_ascend.fault_codes import FaultTable
@@ -83,6 +84,7 @@ class AscendNode:
         )
         self.resources = tuple(found.devices)
         self.ring_size = hccs_ring_size(config, found)
+        self.attributes = AttributeReader(root, self.ring_size)
         self._last: dict[str, ChipHealth] = {}
         self._lock = threading.Lock()
 
@@ -103,7 +105,8 @@ class AscendNode:
         return {d.id: chips[d.chip] if d.chip is not None else HEALTHY for d in devices}
 
     def enumerate(self, resource: str) -> list[Device]:
-        devices = self._current().devices.get(resource, [])
+        found = self._current()
+        devices = found.devices.get(resource, [])
         states = self._health_of(devices)
         self._log_changes(states)
         return [
@@ -112,6 +115,7 @@ class AscendNode:
                 health=states[d.id].health,
                 numa_nodes=d.numa_nodes,
                 edits=device_edits(d, self.config),
+                attributes=self.attributes.of(d, found),
             )
             for d in devices
         ]

@@ -202,3 +202,19 @@ def test_a_machine_without_npus_serves_no_ascend_resource(
     info = next(i for i in host.host.plugins.infos if i.name == "ascend")
     assert "no Ascend NPU here" in info.reason
     assert not any(r.startswith("huawei.com/") for r in host.host.resources)
+
+
+def test_every_npu_carries_its_chip_memory_ring_and_driver_version(
+    run_host: Callable[..., HostThread], kubelet: KubeletStandIn
+) -> None:
+    """Each chip's attributes cross the worker boundary and the host's checks: DCMI's chip
+    name and memory, the HCCS ring it sits in (0-3 and 4-7 on the Atlas 800 9000) and the
+    driver's version.info."""
+    host = start(run_host, kubelet)
+    devices = host.call(lambda: dict(host.host.resources[NPU].state.devices))
+    attributes = [devices[i].attributes for i in ALL]
+    assert {a.chip_type for a in attributes} == {"910A"}
+    assert {a.product for a in attributes} == {"Ascend 910A"}
+    assert {a.memory_bytes for a in attributes} == {32 * 1024**3}
+    assert [a.interconnect_group for a in attributes] == ["hccs-ring-0"] * 4 + ["hccs-ring-1"] * 4
+    assert {a.driver_version for a in attributes} == {"24.1.rc2"}

@@ -26,6 +26,7 @@ from devicehost import (
     ResourceSpec,
     hookimpl,
 )
+from devicehost_nvidia.attributes import AttributeCache
 from devicehost_nvidia.config import (
     DeviceListStrategy,
     MigStrategy,
@@ -141,6 +142,7 @@ class NvidiaDriver:
         self.config = NvidiaConfig()
         self.root = Path("/")
         self.inventory = Inventory()
+        self.attributes = AttributeCache(self.root, "")
         self.topology = Topology()
         self.tracker = HealthTracker(0.0)
         self.monitor: HealthMonitor | None = None
@@ -208,6 +210,7 @@ class NvidiaDriver:
         self.nvml = nvml = self._open(self.config, root, simulated)
         self._profiles = MigProfiles(nvml)
         self.found = found = discover(nvml, root, self._profiles)
+        self.attributes = AttributeCache(root, found.driver_version)
         self.inventory = build_inventory(found, self.config)
         self._registered = frozenset(self.inventory.resources)
         self._order = self._orders()
@@ -396,6 +399,7 @@ class NvidiaDriver:
                     health=Health.UNHEALTHY if reason else Health.HEALTHY,
                     numa_nodes=() if numa is None else (numa,),
                     edits=edits,
+                    attributes=self.attributes.of(unit),
                 )
             )
         return devices

@@ -83,3 +83,18 @@ def test_dgx_h100_through_the_kubelet(kubelet, run_host) -> None:
     kubelet.wait_health(GPU, ids[3], "Unhealthy")
     _simulate(host, ids[3], healthy=True)
     kubelet.wait_health(GPU, ids[3], "Healthy")
+
+
+def test_every_gpu_carries_what_nvml_says_of_it_through_the_host(kubelet, run_host) -> None:
+    """Each GPU's attributes cross the worker boundary and the host's checks: NVML's
+    product name, memory and driver version, the GPU's PCI address and its PCIe root."""
+    host = run_host(enabled_drivers=("nvidia",), simulate=True)
+    kubelet.wait_devices(GPU, lambda d: len(d) == 8)
+    devices = host.call(lambda: dict(host.host.resources[GPU].state.devices))
+    first = devices[sim_uuid(0)].attributes
+    assert first.product == "NVIDIA A100-SXM4-80GB"
+    assert first.memory_bytes == 80 * 1024**3
+    assert first.driver_version == "550.54.15"
+    assert first.pci_address == "0000:07:00.0"
+    assert first.pcie_root.startswith("pci0000:")
+    assert len({d.attributes.pci_address for d in devices.values()}) == 8

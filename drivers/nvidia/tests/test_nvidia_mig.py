@@ -3,6 +3,7 @@
 from devicehost_nvidia import default_node
 from nvidia_helpers import MakeDriver, composed
 
+from devicehost.sysfs import normalise_pci_address
 from devicehost.testing import FakeRoot
 
 MIXED_LAYOUT = {0: ["1g.10gb", "1g.10gb", "2g.20gb"], 1: ["3g.40gb", "3g.40gb"]}
@@ -78,6 +79,20 @@ def test_mig_devices_carry_their_gpus_numa_node(make_driver: MakeDriver) -> None
     driver = make_driver({"migStrategy": "mixed"}, node=default_node(gpus=8, mig={6: ["7g.80gb"]}))
     (device,) = driver.devicehost_enumerate(resource="nvidia.com/mig-7g.80gb")
     assert device.numa_nodes == (1,)
+
+
+def test_mig_devices_name_their_profile_and_share_their_gpus_pci_facts(
+    make_driver: MakeDriver,
+) -> None:
+    """A MIG device's attributes name its profile and carry its GPU's product and PCI
+    address; its own memory is left unknown (the profile's name rounds it)."""
+    driver = make_driver({"migStrategy": "mixed"}, node=default_node(gpus=8, mig={6: ["7g.80gb"]}))
+    (device,) = driver.devicehost_enumerate(resource="nvidia.com/mig-7g.80gb")
+    attributes = device.attributes
+    assert attributes.mig_profile == "7g.80gb"
+    assert attributes.memory_bytes is None
+    assert attributes.pci_address == normalise_pci_address(driver.simulator.node.gpus[6].bus_id)
+    assert attributes.product == driver.simulator.node.gpus[6].name
 
 
 def test_mig_index_ids(make_driver: MakeDriver) -> None:

@@ -24,11 +24,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from devicehost import Device, Health
+from devicehost import Device, DeviceAttributes, Health
+from devicehost.sysfs import normalise_pci_address
 from devicehost_rdma.allocation import exclusive_edits, shared_edits
 from devicehost_rdma.config import Pool
 from devicehost_rdma.discovery import DevNodes
 from devicehost_rdma.hca import Hca
+from devicehost_rdma.labels import product
 from devicehost_rdma.pools import members, used_ports
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,7 @@ def pool_devices(
                 health=_health(hca_healthy(pool, hca)),
                 numa_nodes=_numa([hca]),
                 edits=exclusive_edits(pool, hca, nodes),
+                attributes=hca_attributes(hca),
             )
         return list(devices.values())
     if not chosen:
@@ -92,10 +95,24 @@ def pool_devices(
     health, numa = _health(healthy), _numa(chosen)
     # One edits value for every slot: the host composes and caches it once.
     edits = shared_edits([hca for hca in chosen if not hca.away], nodes)
+    products = {product(hca) for hca in chosen}
+    attributes = DeviceAttributes(product=products.pop()[:64] if len(products) == 1 else "")
     return [
-        Device(id=slot_id(i), health=health, numa_nodes=numa, edits=edits)
+        Device(id=slot_id(i), health=health, numa_nodes=numa, edits=edits, attributes=attributes)
         for i in range(pool.slots)
     ]
+
+
+def hca_attributes(hca: Hca) -> DeviceAttributes:
+    """An HCA's product (its PCI vendor and device, as the ``product`` label names it), its
+    PCI function's address and the PCIe root above it (the first directory of its
+    ``/sys/devices`` path)."""
+    root = hca.pci_path[0] if hca.pci_path and hca.pci_path[0].startswith("pci") else ""
+    return DeviceAttributes(
+        product=product(hca)[:64],
+        pci_address=normalise_pci_address(hca.pci_address) if hca.pci_address else "",
+        pcie_root=root[:64],
+    )
 
 
 def _health(healthy: bool) -> Health:

@@ -151,3 +151,23 @@ def test_preferred_allocation_over_grpc_keeps_to_one_switch(
         "0000:4d:00.0", "0000:6d:00.0", MLX5_3, "0000:ad:00.0", "0000:ae:00.0", "0000:ad:00.1"
     ]  # fmt: skip
     assert kubelet.preferred_allocation(HCA, available, size=2) == ["0000:6d:00.0", MLX5_3]
+
+
+def test_each_hca_carries_its_product_and_pci_place_through_the_host(
+    kubelet: KubeletStandIn, run_host
+) -> None:
+    """An exclusive pool's HCA carries its product (from its PCI IDs), its PCI address and
+    its PCIe root through the host's checks; a shared slot carries its pool's product and
+    no PCI facts (it is no one function)."""
+    host = run_host(enabled_drivers=("rdma",), simulate=True)
+    kubelet.wait_devices("rdma/hca", lambda devices: len(devices) > 0)
+    kubelet.wait_devices("rdma/hca_shared", lambda devices: len(devices) > 0)
+    resources = host.call(
+        lambda: {k: dict(r.state.devices) for k, r in host.host.resources.items()}
+    )
+    for device_id, device in resources["rdma/hca"].items():
+        assert device.attributes.product.startswith("ConnectX-6")
+        assert device.attributes.pci_address == device_id
+        assert device.attributes.pcie_root.startswith("pci0000:")
+    slot = next(iter(resources["rdma/hca_shared"].values())).attributes
+    assert (slot.product, slot.pci_address, slot.pcie_root) == ("ConnectX-5", "", "")

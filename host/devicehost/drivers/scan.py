@@ -24,6 +24,9 @@ from devicehost.model import Device
 
 log = logging.getLogger(__name__)
 
+#: what a device whose attributes the API would refuse loses (it is served without them)
+LEFT_OUT = "its attributes left out, the device kept"
+
 #: Devices checked between two yields to the event loop (~1 ms of work each).
 CHECK_SLICE = 200
 
@@ -67,7 +70,7 @@ class Scanner:
                 continue
             try:
                 raw = await self.driver.acall("devicehost_enumerate", self.timeout, resource=name)
-                devices, problems = await self._checked(raw)
+                devices, problems, left_out = await self._checked(raw)
                 if self.tree is not None:
                     devices = devices_on_node(devices, self.tree)
             except DriverOverLimit as exc:
@@ -91,28 +94,31 @@ class Scanner:
                     name,
                 )
                 continue
-            if problems and self.on_error:
+            if (problems or left_out) and self.on_error:
                 self.on_error(self.driver.name, "devicehost_enumerate")
-            for problem in problems:
-                if problem not in self._reported:
-                    self._reported.add(problem)
-                    log.error(
-                        "driver %r, resource %r: %s; device dropped",
-                        self.driver.name,
-                        name,
-                        problem,
-                    )
+            for problems_of, outcome in ((problems, "device dropped"), (left_out, LEFT_OUT)):
+                for problem in problems_of:
+                    if problem not in self._reported:
+                        self._reported.add(problem)
+                        log.error(
+                            "driver %r, resource %r: %s; %s",
+                            self.driver.name,
+                            name,
+                            problem,
+                            outcome,
+                        )
             change = state.update(devices)
             if change:
                 log.info("resource %r: %s", name, change)
                 if self.on_change:
                     self.on_change(name)
 
-    async def _checked(self, raw: object) -> tuple[list[Device], list[str]]:
-        """``devices_from_plain``, refusing a list over ``max_devices`` whole and checking
-        the rest in slices of ``CHECK_SLICE`` with a yield to the event loop between."""
+    async def _checked(self, raw: object) -> tuple[list[Device], list[str], list[str]]:
+        """The devices, why each dropped one was, and why each one kept without its
+        attributes was: a list over ``max_devices`` is refused whole, the rest checked in
+        slices of ``CHECK_SLICE`` with a yield to the event loop between."""
         if not isinstance(raw, list):
-            return devices_from_plain(self.driver.name, raw, self.allowed_edits)
+            return (*devices_from_plain(self.driver.name, raw, self.allowed_edits), [])
         if len(raw) > self.max_devices:
             raise DriverOverLimit(
                 self.driver.name,
@@ -125,7 +131,7 @@ class Scanner:
             if start:
                 await asyncio.sleep(0)
             enumeration.add(raw[start : start + CHECK_SLICE])
-        return list(enumeration.kept.values()), enumeration.problems
+        return list(enumeration.kept.values()), enumeration.problems, enumeration.left_out
 
     async def run(self) -> None:
         """Scan forever: every ``interval`` seconds, and at once after ``notify()``."""

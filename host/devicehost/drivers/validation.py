@@ -9,6 +9,7 @@ is a ``DriverError`` naming the driver and hook.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -18,8 +19,10 @@ from devicehost.edits.policy import edits_problem
 from devicehost.errors import DriverError
 from devicehost.model import (
     MAX_DEVICE_ID_LENGTH,
+    NO_ATTRIBUTES,
     ContainerEdits,
     Device,
+    DeviceAttributes,
     DeviceNode,
     Health,
     HostPath,
@@ -108,11 +111,14 @@ def device_from_plain(
     data: Any,
     known_edits: dict[str, ContainerEdits] | None = None,
     allowed: Collection[str] = (),
+    left_out: list[str] | None = None,
 ) -> Device:
     """One device, or ``Invalid`` saying why it cannot be sent to the kubelet.
 
     ``known_edits``: edits already built in this snapshot, by their text: devices of a
-    shared pool all carry the same edits (an RDMA node's 100 slots: 3.6 → 1 ms a scan)."""
+    shared pool all carry the same edits (an RDMA node's 100 slots: 3.6 → 1 ms a scan).
+    Attributes the API would refuse do not cost the device: it is kept without them, and
+    why goes to ``left_out``."""
     data = _mapping(data, "device")
     device_id = data.get("id")
     problem = device_id_problem(device_id)
@@ -140,13 +146,42 @@ def device_from_plain(
             edits = known[key] = edits_from_plain(plain, allowed)
         except Invalid as exc:
             raise Invalid(f"device {device_id!r}: {exc}") from None
-    return Device(id=device_id, health=health, numa_nodes=tuple(numa), edits=edits)
+    attributes = NO_ATTRIBUTES
+    if data.get("attributes") is not None:
+        try:
+            attributes = attributes_from_plain(data["attributes"])
+        except Invalid as exc:
+            if left_out is not None:
+                left_out.append(f"device {device_id!r}: {exc}")
+    return Device(
+        id=device_id, health=health, numa_nodes=tuple(numa), edits=edits, attributes=attributes
+    )
+
+
+_ATTRIBUTE_NAMES = frozenset(f.name for f in dataclasses.fields(DeviceAttributes))
+
+
+def attributes_from_plain(data: Any) -> DeviceAttributes:
+    """A device's attributes, or ``Invalid`` saying which one cannot be published."""
+    data = _mapping(data, "attributes")
+    unknown = sorted(str(k) for k in data if k not in _ATTRIBUTE_NAMES)
+    if unknown:
+        raise Invalid(f"unknown attribute {unknown[0][:64]!r}")
+    try:
+        attributes = DeviceAttributes(**data)
+    except TypeError as exc:
+        raise Invalid(str(exc)) from None
+    problem = attributes.problem()
+    if problem:
+        raise Invalid(problem)
+    return NO_ATTRIBUTES if attributes == NO_ATTRIBUTES else attributes
 
 
 def devices_from_plain(
     driver: str, data: Any, allowed: Collection[str] = ()
 ) -> tuple[list[Device], list[str]]:
-    """The valid, unique devices of an enumeration, and the problem of each one dropped."""
+    """The valid, unique devices of an enumeration, and the problem of each one dropped or
+    kept without its attributes."""
     if not isinstance(data, list):
         raise DriverError(
             driver,
@@ -155,7 +190,7 @@ def devices_from_plain(
         )
     enumeration = Enumeration(allowed)
     enumeration.add(data)
-    return list(enumeration.kept.values()), enumeration.problems
+    return list(enumeration.kept.values()), enumeration.problems + enumeration.left_out
 
 
 class Enumeration:
@@ -165,13 +200,16 @@ class Enumeration:
     def __init__(self, allowed: Collection[str] = ()) -> None:
         self.allowed = allowed
         self.kept: dict[str, Device] = {}
+        #: why each device dropped was
         self.problems: list[str] = []
+        #: why each device kept without its attributes was
+        self.left_out: list[str] = []
         self._known_edits: dict[str, ContainerEdits] = {}
 
     def add(self, items: list[Any]) -> None:
         for item in items:
             try:
-                device = device_from_plain(item, self._known_edits, self.allowed)
+                device = device_from_plain(item, self._known_edits, self.allowed, self.left_out)
             except Invalid as exc:
                 self.problems.append(str(exc))
                 continue

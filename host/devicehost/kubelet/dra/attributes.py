@@ -1,7 +1,7 @@
 """What is known about one device, in the attributes and capacities of a ResourceSlice.
 
-``DeviceFacts`` is DRA's view of a device, filled from what the host has (today the
-snapshot's NUMA nodes; see docs/dra.md for what drivers will add). The API's rules, from
+``DeviceFacts`` is DRA's view of a device, filled from its snapshot: the attributes the
+driver gave (``Device.attributes``, checked by the host) and its NUMA node. The API's rules, from
 k8s.io/api v0.37.2 ``resource/v1/types.go``: an attribute is exactly one of int, bool,
 string or version; strings and versions at most 64 characters (``DeviceAttributeMaxValue
 Length``); a version is SemVer 2.0.0, and one that is not makes the API server refuse the
@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from devicehost.model import Device
-from devicehost.sysfs import pci_path
+from devicehost.sysfs import pcie_root as pcie_root
 
 STANDARD = "resource.kubernetes.io/"
 PCI_BUS_ID = STANDARD + "pciBusID"
@@ -43,21 +42,6 @@ def is_semver(text: str) -> bool:
     return len(text) <= MAX_VALUE_LENGTH and _SEMVER_RE.match(text) is not None
 
 
-def pcie_root(root: Path, pci_address: str) -> str | None:
-    """The PCIe root complex of a PCI function, ``pci<domain>:<bus>``, from where its
-    ``/sys/bus/pci/devices`` link points under the host's ``root``; None when unknown."""
-    if not _BDF_RE.match(pci_address):
-        return None
-    resolved = pci_path(root, pci_address)
-    if resolved is None or resolved.name != pci_address:
-        return None
-    try:
-        parts = resolved.relative_to((root / "sys/devices").resolve()).parts
-    except ValueError:
-        return None
-    return parts[0] if parts and parts[0].startswith("pci") else None
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DeviceFacts:
     """One device as a ResourceSlice describes it. Empty or None: not known, left out."""
@@ -75,9 +59,21 @@ class DeviceFacts:
 
 
 def facts_from_snapshot(device: Device) -> DeviceFacts:
-    """What the snapshot alone tells: the NUMA node, when the device has exactly one."""
-    numa = device.numa_nodes[0] if len(device.numa_nodes) == 1 else None
-    return DeviceFacts(numa_node=numa)
+    """What the snapshot tells: the attributes the driver gave (checked by the host), and
+    the NUMA node when the device has exactly one."""
+    given = device.attributes
+    return DeviceFacts(
+        product=given.product,
+        model=given.model,
+        chip_type=given.chip_type,
+        mig_profile=given.mig_profile,
+        interconnect_group=given.interconnect_group,
+        driver_version=given.driver_version,
+        pci_address=given.pci_address,
+        pcie_root=given.pcie_root,
+        numa_node=device.numa_nodes[0] if len(device.numa_nodes) == 1 else None,
+        memory_bytes=given.memory_bytes,
+    )
 
 
 def _string(value: str) -> dict[str, Any]:
