@@ -286,6 +286,24 @@ def test_pod_uid_comes_from_the_kubelets_device_checkpoint(
     assert attributes(identity)["k8s.pod.uid"] == uid
 
 
+def test_a_fifo_for_a_checkpoint_costs_only_the_uid(traced, kubelet, receiver, plugin_dir):
+    """A FIFO where the kubelet's checkpoint lies (whose plain open blocks for good) does
+    not stall the host: the pod's identity still arrives, without a UID, and the next
+    Allocate is answered."""
+    import os
+
+    with PodResourcesStandIn(plugin_dir / "pod-resources.sock") as pods:
+        traced()
+        os.mkfifo(plugin_dir / "kubelet_internal_checkpoint")
+        pods.assign("shop", "web-0", "main", RES, ["dev-1"])
+        kubelet.allocate(RES, [["dev-1"]])
+        identity = receiver.wait_for_span("devicehost/PodIdentity", timeout=20)
+        assert kubelet.allocate(RES, [["dev-2"]])
+    attrs = attributes(identity)
+    assert attrs["k8s.pod.name"] == "web-0"
+    assert "k8s.pod.uid" not in attrs
+
+
 def test_pod_uid_is_left_out_when_the_checkpoint_names_another_container(
     traced, kubelet, receiver, plugin_dir
 ):

@@ -94,3 +94,76 @@ def test_the_stand_in_writes_what_the_reader_reads(tmp_path: Path) -> None:
     assert DeviceCheckpoint(tmp_path / CHECKPOINT_FILE).pod_uid(GPU, "main", ["GPU-9"]) == "uid-a"
     writer.forget("uid-a", {GPU: []})
     assert DeviceCheckpoint(tmp_path / CHECKPOINT_FILE).pod_uid(GPU, "main", ["GPU-9"]) is None
+
+
+# -- the file as untrusted input: whatever lies at its path costs only the UID ------------
+
+
+def uid_within(checkpoint: DeviceCheckpoint, seconds: float = 10.0) -> str | None:
+    """``pod_uid`` run in a thread: a read that blocks or never ends fails the test
+    instead of hanging it."""
+    import threading
+
+    result: list[str | None] = []
+    reader = threading.Thread(
+        target=lambda: result.append(checkpoint.pod_uid(GPU, "main", ["GPU-0"])), daemon=True
+    )
+    reader.start()
+    reader.join(seconds)
+    assert result, "reading the checkpoint did not return"
+    return result[0]
+
+
+def test_a_symlink_to_an_endless_device_is_not_followed(tmp_path: Path, caplog) -> None:
+    """A checkpoint that is a symlink to /dev/zero is refused at open (read without end
+    otherwise), with one log line however often it is asked."""
+    path = tmp_path / CHECKPOINT_FILE
+    path.symlink_to("/dev/zero")
+    checkpoint = DeviceCheckpoint(path)
+    assert uid_within(checkpoint) is None
+    assert uid_within(checkpoint) is None
+    refusals = [r for r in caplog.records if "not read" in r.getMessage()]
+    assert len(refusals) == 1 and "following a link" in refusals[0].getMessage()
+
+
+def test_a_fifo_neither_blocks_nor_is_read(tmp_path: Path) -> None:
+    """A FIFO at the checkpoint's path (whose plain open blocks for good) is opened
+    without blocking and refused: not a regular file."""
+    path = tmp_path / CHECKPOINT_FILE
+    os.mkfifo(path)
+    assert uid_within(DeviceCheckpoint(path)) is None
+
+
+def test_a_file_over_the_bound_is_not_parsed(tmp_path: Path) -> None:
+    """A checkpoint over MAX_CHECKPOINT_BYTES of tiny entries (parsed, ~25 times its size)
+    is refused after reading one byte past the bound, even with the container's entry
+    first in it."""
+    from devicehost.kubelet.deviceplugin.checkpoint import MAX_CHECKPOINT_BYTES
+
+    path = tmp_path / CHECKPOINT_FILE
+    first = json.dumps(entry("uid-a", "main", {"0": ["GPU-0"]})).encode()
+    padding = b",{}" * (MAX_CHECKPOINT_BYTES // 3 + 1)
+    path.write_bytes(b'{"Data":{"PodDeviceEntries":[' + first + padding + b"]}}")
+    assert uid_within(DeviceCheckpoint(path)) is None
+
+
+def test_deep_nesting_and_bytes_that_are_not_text_cost_only_the_uid(tmp_path: Path) -> None:
+    """JSON nested 100 000 deep (a RecursionError in the parser) and bytes that are not
+    UTF-8 each give no UID, and raise nothing."""
+    path = tmp_path / CHECKPOINT_FILE
+    checkpoint = DeviceCheckpoint(path)
+    path.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    assert uid_within(checkpoint) is None
+    path.write_bytes(b'{"Data": "\xff\xfe"}')
+    assert uid_within(checkpoint) is None
+
+
+def test_a_good_file_is_read_again_after_a_refused_one(tmp_path: Path) -> None:
+    """Once the kubelet writes its checkpoint over whatever lay there (a FIFO), the UID is
+    found again."""
+    path = tmp_path / CHECKPOINT_FILE
+    os.mkfifo(path)
+    checkpoint = DeviceCheckpoint(path)
+    assert uid_within(checkpoint) is None
+    write(path, [entry("uid-a", "main", {"0": ["GPU-0"]})])
+    assert uid_within(checkpoint) == "uid-a"

@@ -22,6 +22,14 @@ The checksum is not verified: it is FNV-32a over a Go ``spew`` dump of ``Data``
 (``pkg/kubelet/checkpointmanager/checksum``), which only Go reproduces. Nothing here acts
 on the file beyond a span attribute, and an entry is believed only when it is the one
 entry for the container holding those devices: any doubt leaves the UID out.
+
+The file sits in a directory every device plugin of the node may write, so it is read as
+untrusted input: opened without following a symlink and without blocking (a FIFO), read
+only when the open descriptor is a regular file, never more than ``MAX_CHECKPOINT_BYTES``
+(JSON of tiny objects parses to ~25 times its size: 2 MiB of ``{}`` entries peaked at
+50 MiB), parsed by one caller at a time, and any parse failure — deep nesting, bytes that
+are not UTF-8 — costs only the UID, with one log line per kind of refusal. Callers on the
+event loop read it in a thread (``PodResolver``).
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,40 +46,66 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "kubelet_internal_checkpoint"
-#: A node's checkpoint is a few kB per pod with devices; past this it is not read.
-MAX_CHECKPOINT_BYTES = 16 * 1024 * 1024
+#: A node's checkpoint is a few kB per pod with devices (110 pods of 8 containers with
+#: 2 kB answers: 1.7 MB); past this it is not read.
+MAX_CHECKPOINT_BYTES = 2 * 1024 * 1024
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class DeviceCheckpoint:
-    """Reads the kubelet's checkpoint at ``path``, again only when the file changed."""
+    """Reads the kubelet's checkpoint at ``path``, again only when the file changed; safe
+    to call from several threads (one reads, the others wait for its result)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._seen: tuple[int, int, int] | None = None
         self._entries: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._refusals: set[str] = set()
 
     def _load(self) -> list[dict[str, Any]]:
-        try:
-            info = os.stat(self.path)
-        except OSError:
+        with self._lock:
+            try:
+                fd = os.open(self.path, _OPEN_FLAGS)
+            except FileNotFoundError:
+                self._seen, self._entries = None, []
+                return []
+            except OSError as exc:  # ELOOP: a symlink; EACCES, ENXIO, ...
+                self._refuse(f"cannot be opened without following a link ({exc.strerror})")
+                return []
+            try:
+                return self._read(fd)
+            finally:
+                os.close(fd)
+
+    def _read(self, fd: int) -> list[dict[str, Any]]:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             self._seen, self._entries = None, []
+            self._refuse("is not a regular file")
             return []
         key = (info.st_ino, info.st_mtime_ns, info.st_size)
         if key == self._seen:
             return self._entries
         self._seen, self._entries = key, []
-        if info.st_size > MAX_CHECKPOINT_BYTES:
-            log.debug("%s is %d bytes; not read for pod UIDs", self.path, info.st_size)
+        data = _read_at_most(fd, MAX_CHECKPOINT_BYTES + 1)
+        if len(data) > MAX_CHECKPOINT_BYTES:
+            self._refuse(f"is over {MAX_CHECKPOINT_BYTES} bytes")
             return []
         try:
-            document = json.loads(self.path.read_bytes())
-            entries = document["Data"]["PodDeviceEntries"] or []
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.debug("%s is not a device-manager checkpoint (%s)", self.path, exc)
+            entries = json.loads(data)["Data"]["PodDeviceEntries"] or []
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            self._refuse(f"is not a device-manager checkpoint ({type(exc).__name__})")
             return []
         if isinstance(entries, list):
             self._entries = [e for e in entries if isinstance(e, dict)]
         return self._entries
+
+    def _refuse(self, why: str) -> None:
+        """Say once per kind of refusal that the file is not read (spans lose the UID)."""
+        if why not in self._refusals:
+            self._refusals.add(why)
+            log.warning("%s %s; not read: spans carry no pod UID from it", self.path, why)
 
     def pod_uid(self, resource: str, container: str, device_ids: Sequence[str]) -> str | None:
         """The UID of the pod whose ``container`` holds every one of ``device_ids`` of
@@ -91,3 +127,16 @@ def _device_ids(per_numa: Any) -> set[str]:
     if not isinstance(per_numa, dict):
         return set()
     return {i for ids in per_numa.values() if isinstance(ids, list) for i in ids}
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes of the open file ``fd``."""
+    parts: list[bytes] = []
+    left = limit
+    while left > 0:
+        part = os.read(fd, min(left, 1 << 20))
+        if not part:
+            break
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)

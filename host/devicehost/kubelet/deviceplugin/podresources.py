@@ -84,8 +84,10 @@ class PodResolver:
                 for devices in container.devices:
                     if devices.resource_name == resource and wanted <= set(devices.device_ids):
                         uid = None
-                        if self.checkpoint is not None:
-                            uid = self.checkpoint.pod_uid(resource, container.name, device_ids)
+                        if self.checkpoint is not None:  # a file on the node: off the loop
+                            uid = await asyncio.to_thread(
+                                self.checkpoint.pod_uid, resource, container.name, device_ids
+                            )
                         return PodIdentity(pod.name, pod.namespace, container.name, uid or "")
         return None
 
