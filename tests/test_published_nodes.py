@@ -74,6 +74,37 @@ def test_drivers_without_hardware_on_the_machine_are_unavailable() -> None:
     }
 
 
+def test_a_machine_another_driver_publishes_costs_the_bundled_drivers_nothing() -> None:
+    """`--node template-box`, the template driver's own machine (published through
+    devicehost.nodes): every bundled driver builds nothing there and is unavailable, none
+    restarting; the template serves its widgets."""
+    drivers = BUNDLED + ",template"
+    result = devicehost(
+        "drivers", "--simulate", "--node", "template-box", "--drivers", drivers, "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    for name in BUNDLED.split(","):
+        assert rows[name]["status"] == "unavailable", rows[name]
+        assert rows[name]["restarts"] == 0, rows[name]
+    assert rows["template"]["status"] == "active"
+
+
+@pytest.mark.parametrize("node", ["", *sorted(MACHINES), "template-box"])
+def test_every_published_machine_starts_every_installed_driver_cleanly(node: str) -> None:
+    """`devicehost drivers --simulate --node NAME` for each machine a driver publishes, every
+    installed driver on: none is restarting or crash-looping (a driver without hardware
+    on the machine is unavailable, as on a real node)."""
+    node_args = ["--node", node] if node else []
+    result = devicehost(
+        "drivers", "--simulate", *node_args, "--drivers", BUNDLED + ",template", "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    for row in json.loads(result.stdout):
+        assert row["status"] in ("active", "unavailable"), row
+        assert row["restarts"] == 0, row
+
+
 def test_demo_node_tours_the_named_machine() -> None:
     """`devicehost demo --node dgx-h100` registers the GPUs and the NICs of that machine."""
     result = devicehost("demo", "--node", "dgx-h100", "--drivers", BUNDLED)

@@ -73,8 +73,13 @@ class RdmaDriver:
     @hookimpl
     def devicehost_simulate(self, root: Path, node: str) -> None:
         """Write the simulated machine ``node`` under ``root`` (``""``: eight HCAs on two
-        NUMA nodes; ``dgx-h100``: a DGX H100's NICs; the Atlas servers: nothing)."""
-        if simulation.build_node(root, node) is None:
+        NUMA nodes; ``dgx-h100``: a DGX H100's NICs; the Atlas servers, and any machine
+        another driver publishes: nothing)."""
+        if node not in simulation.NODES:
+            # A machine another installed driver publishes: it has none of this driver's
+            # hardware (hooks.md), as on a real node without an HCA.
+            log.info("simulated node %r is not one the rdma driver knows; building none", node)
+        elif simulation.build_node(root, node) is None:
             log.info("simulated node %r has no RDMA device; building none", node)
 
     @hookimpl
