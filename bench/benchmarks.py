@@ -558,12 +558,16 @@ def idle_cpu(ws: Workspace, seconds: float) -> dict[str, Any]:
 
 
 def _workers(host_pid: int) -> dict[str, int]:
-    """The host's driver workers now: ``dh-<driver>`` → pid (``/proc/<pid>/comm``)."""
+    """The host's driver workers now: ``dh-<driver>`` → pid (``/proc/<pid>/comm``), for
+    the vendor drivers started, by name: the host's own helpers (zygote, span exporter,
+    each worker's keeper) are ``dh-`` processes too, and a frozen keeper turns nothing
+    Unhealthy."""
+    wanted = {f"dh-{driver}" for driver in VENDOR_DRIVERS}
     found = {}
     for pid in process_tree(host_pid):
         with contextlib.suppress(OSError):
             name = Path(f"/proc/{pid}/comm").read_text().strip()
-            if name.startswith("dh-") and name not in ("dh-zygote", "dh-spans"):
+            if name in wanted:
                 found[name] = pid
     return found
 
