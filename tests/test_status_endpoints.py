@@ -66,6 +66,23 @@ def test_empty_host_listens_on_every_address_family() -> None:
     assert answers == [(200, "up 1\n"), (200, "up 1\n")]
 
 
+def test_a_port_taken_on_one_family_is_a_start_up_error_naming_it() -> None:
+    """``:PORT`` with the IPv4 port held by another process (dcgm-exporter's 9400, say) is
+    refused at start naming the address and the family, never served on IPv6 alone while
+    IPv4 probes and scrapes reach the other process."""
+    from devicehost.errors import ConfigError
+    from devicehost.telemetry.status_server import start_status_server
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other:
+        other.bind(("0.0.0.0", 0))
+        other.listen(1)
+        port = other.getsockname()[1]
+        with pytest.raises(ConfigError) as refused:
+            asyncio.run(start_status_server(f":{port}", lambda: "", lambda: []))
+    assert f"cannot listen on :{port}" in str(refused.value)
+    assert "AF_INET" in str(refused.value) and "in use" in str(refused.value)
+
+
 def test_redact_url_hides_credentials_only() -> None:
     """user:password@ becomes ***@; host, port and path stay readable."""
     assert redact_url("https://bob:s3cret@otel.example:4318/v1/traces") == (

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import socket
@@ -24,6 +25,8 @@ from devicehost.telemetry.metrics import CONTENT_TYPE
 
 log = logging.getLogger(__name__)
 
+#: bind errors that mean the node has no such address family, not that the port is taken
+_FAMILY_ABSENT = frozenset({errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT})
 HEARTBEAT_SECONDS = 1.0
 MAX_LOOP_LAG_SECONDS = 5.0
 READ_TIMEOUT_SECONDS = 5.0
@@ -140,6 +143,8 @@ def _listening_sockets(host: str | None, port: int) -> list[socket.socket]:
     port. An IPv6 socket is IPv6-only: the IPv4 socket beside it answers IPv4, whether or
     not the node maps IPv4 into IPv6. For the wildcard host a family the node lacks (IPv6
     disabled in the kernel) is skipped; the first error is raised only if no family binds.
+    Any other error — a port another process holds on one family — is raised, naming the
+    family.
     """
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     sockets: list[socket.socket] = []
@@ -164,11 +169,13 @@ def _listening_sockets(host: str | None, port: int) -> list[socket.socket]:
             sock.setblocking(False)
         except OSError as exc:
             sock.close()
-            if host is not None:
+            if host is not None or exc.errno not in _FAMILY_ABSENT:
+                # Taken by another process (9400 is also dcgm-exporter's default): serving
+                # the other family alone would send half the probes and scrapes elsewhere.
                 for other in sockets:
                     other.close()
-                raise
-            log.debug("status server: no %s listener: %s", family.name, exc)
+                raise OSError(exc.errno, f"{exc.strerror} ({family.name})") from exc
+            log.info("status server: no %s listener (the node has none): %s", family.name, exc)
             first_error = first_error or exc
             continue
         sockets.append(sock)
