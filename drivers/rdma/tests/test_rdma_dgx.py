@@ -8,6 +8,7 @@ NICs on Ethernet, and (as the issue describes the node) an Intel E810 management
 from __future__ import annotations
 
 import pytest
+from devicehost_rdma import simulated as simulation
 from devicehost_rdma.driver import HOST_PATHS, RdmaDriver
 from devicehost_rdma.simulated import DGX_H100_COMPUTE, dgx_h100, set_link
 from rdma_helpers import composed, configured, exclusive_pool, listed
@@ -97,9 +98,17 @@ def test_atlas_nodes_have_no_rdma_device_and_say_so(run_host, node: str) -> None
 
 
 def test_unknown_node_name_is_refused_naming_the_known_ones(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """A misspelt node name is an error that lists the names this driver knows."""
+    """Asked of the simulation itself, a misspelt node name is an error that lists the
+    names this driver knows (the host refuses a name no installed driver publishes)."""
     with pytest.raises(ValueError, match=r"unknown simulated node 'dgx-h10'.*'dgx-h100'"):
-        RdmaDriver().devicehost_simulate(root=tmp_path, node="dgx-h10")
+        simulation.build_node(tmp_path, "dgx-h10")
+
+
+def test_a_machine_the_driver_does_not_know_gets_no_rdma_device(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The simulate hook builds nothing for a machine another driver publishes (hooks.md:
+    nothing without your hardware), instead of failing the driver's start."""
+    RdmaDriver().devicehost_simulate(root=tmp_path, node="template-box")
+    assert not (tmp_path / "sys").exists()
 
 
 def test_labels_describe_the_dgx_nics(fake_root: FakeRoot) -> None:
