@@ -350,6 +350,30 @@ def test_a_writer_leaves_an_identical_file_alone(tmp_path):
     assert (path.stat().st_ino, path.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
 
 
+def test_a_fifo_or_endless_link_at_a_spec_s_path_is_replaced_without_reading_it(tmp_path):
+    """What lies at a spec's path in the shared CDI directory is compared only when it is
+    a regular file: a FIFO (whose read would block the loop for good) or a symlink to
+    /dev/zero (which reads without end) is replaced by the spec."""
+    import os
+    import threading
+
+    spec = ResourceSpec(name="example.com/widget")
+    devices = {"w0": Device(id="w0")}
+    CdiWriter(tmp_path).refresh(spec, devices)
+    (path,) = tmp_path.iterdir()
+    good = path.read_text()
+    for plant in (lambda: os.mkfifo(path), lambda: path.symlink_to("/dev/zero")):
+        path.unlink()
+        plant()
+        writer = threading.Thread(
+            target=CdiWriter(tmp_path).refresh, args=(spec, devices), daemon=True
+        )
+        writer.start()
+        writer.join(10)
+        assert not writer.is_alive(), "the spec write blocked on what lay at its path"
+        assert path.is_file() and not path.is_symlink() and path.read_text() == good
+
+
 def test_specs_are_removed_when_the_host_stops(run_host, cdi_dir):
     """A clean stop removes every spec the host wrote."""
     thread = run_host(

@@ -352,6 +352,82 @@ def test_an_unreadable_checkpoint_is_kept_aside_and_the_plugin_starts(node, capl
     assert "uid-one" in json.loads(path.read_text())["claims"]
 
 
+def _checkpoint_with(node, uid: str, spec_file: str) -> Path:
+    """A checkpoint naming one prepared claim, written where the plugin reads it."""
+    path = driver_dir(node.kubelet_dir, DRIVER) / "checkpoint.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    claim = {"namespace": "ns", "name": "one", "spec_file": spec_file, "devices": []}
+    path.write_text(json.dumps({"format": 1, "claims": {uid: claim}}))
+    return path
+
+
+def test_unprepare_deletes_only_the_claim_s_own_spec_whatever_the_checkpoint_names(node, tmp_path):
+    """A checkpoint whose spec_file points outside the CDI directory (a neighbour's file)
+    does not make unprepare delete it: the spec's path comes from the claim's UID."""
+    victim = tmp_path / "victim.json"
+    victim.write_text("keep me")
+    _checkpoint_with(node, "uid-one", str(victim))
+
+    async def body(plugin: DraPlugin) -> None:
+        await unprepare(plugin, "uid-one")
+
+    run(node, body)
+    assert victim.read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"[" * 100_000 + b"]" * 100_000,
+        b"\xff\xfe not text",
+        b'{"format": 1, "claims": {"uid-one": {"namespace": 1, "name": "n", '
+        b'"spec_file": "s", "devices": []}}}',
+        b'{"format": 1, "claims": {"../escape": {"namespace": "ns", "name": "n", '
+        b'"spec_file": "s", "devices": []}}}',
+        b'{"format": 1, "claims": {"uid-one": {"namespace": "ns", "name": "n", '
+        b'"spec_file": "s", "devices": ["not a device"]}}}',
+    ],
+    ids=["deep", "not-utf8", "wrong-type", "not-a-uid", "bad-device"],
+)
+def test_a_checkpoint_that_is_no_checkpoint_is_kept_aside_and_the_plugin_prepares(
+    node, caplog, content
+):
+    """Deep nesting, bytes that are not UTF-8, a field of the wrong type, a key that is no
+    UID, a device that is no object: each is kept aside as .unreadable, and the plugin
+    starts empty and prepares claims."""
+    path = driver_dir(node.kubelet_dir, DRIVER) / "checkpoint.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    node.claims.add("one", "uid-one", [name_of(1)])
+    answers: list[dra.NodePrepareResourcesResponse] = []
+
+    async def body(plugin: DraPlugin) -> None:
+        answers.append(await prepare(plugin, ("one", "uid-one")))
+
+    run(node, body)
+    assert path.with_name("checkpoint.json.unreadable").read_bytes() == content
+    assert answers[0].claims["uid-one"].error == ""
+
+
+def test_a_fifo_for_a_checkpoint_neither_blocks_nor_stops_the_plugin(node):
+    """A FIFO where the checkpoint lies is not read (its open would block); the plugin
+    prepares claims, writing its checkpoint over it."""
+    import os
+
+    path = driver_dir(node.kubelet_dir, DRIVER) / "checkpoint.json"
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    node.claims.add("one", "uid-one", [name_of(1)])
+    answers: list[dra.NodePrepareResourcesResponse] = []
+
+    async def body(plugin: DraPlugin) -> None:
+        answers.append(await prepare(plugin, ("one", "uid-one")))
+
+    run(node, body)
+    assert answers[0].claims["uid-one"].error == ""
+    assert "uid-one" in json.loads(path.read_text())["claims"]
+
+
 def test_a_refused_registration_is_logged_with_the_kubelet_s_reason(node, caplog):
     """NotifyRegistrationStatus(false) logs the kubelet's error and clears 'registered'."""
 

@@ -48,6 +48,7 @@ from devicehost.model import (
     Mount,
     ResourceSpec,
 )
+from devicehost.system.node_files import Refused, open_regular, read_at_most
 
 log = logging.getLogger(__name__)
 
@@ -205,15 +206,18 @@ def spec_document(spec: ResourceSpec, devices: Iterable[Device]) -> dict[str, An
 def write_atomically(path: Path, text: str) -> bool:
     """Replace ``path`` with ``text`` (mode 0644) unless it holds that already; return
     whether it was written. A reader sees the old file or the new one, never half of one:
-    the text goes to a ``.tmp`` file in the same directory, which is then renamed."""
-    with contextlib.suppress(OSError):
-        if path.read_text() == text:
+    the text goes to a ``.tmp`` file in the same directory, which is then renamed. What
+    lies at ``path`` now is compared only if it is a regular file, and read no further than
+    the new text's length: a FIFO or a link to ``/dev/zero`` there is simply replaced."""
+    data = text.encode()
+    with contextlib.suppress(OSError, Refused), open_regular(path) as (fd, _):
+        if read_at_most(fd, len(data)) == data:
             return False
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fchmod(handle.fileno(), 0o644)
             os.fsync(handle.fileno())

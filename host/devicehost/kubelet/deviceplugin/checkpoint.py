@@ -37,11 +37,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import stat
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from devicehost.system.node_files import Refused, open_regular, read_at_most
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,6 @@ CHECKPOINT_FILE = "kubelet_internal_checkpoint"
 #: A node's checkpoint is a few kB per pod with devices (110 pods of 8 containers with
 #: 2 kB answers: 1.7 MB); past this it is not read.
 MAX_CHECKPOINT_BYTES = 2 * 1024 * 1024
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class DeviceCheckpoint:
@@ -66,34 +66,26 @@ class DeviceCheckpoint:
     def _load(self) -> list[dict[str, Any]]:
         with self._lock:
             try:
-                fd = os.open(self.path, _OPEN_FLAGS)
+                with open_regular(self.path) as (fd, info):
+                    return self._read(fd, info)
             except FileNotFoundError:
                 self._seen, self._entries = None, []
-                return []
-            except OSError as exc:  # ELOOP: a symlink; EACCES, ENXIO, ...
-                self._refuse(f"cannot be opened without following a link ({exc.strerror})")
-                return []
-            try:
-                return self._read(fd)
-            finally:
-                os.close(fd)
-
-    def _read(self, fd: int) -> list[dict[str, Any]]:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            self._seen, self._entries = None, []
-            self._refuse("is not a regular file")
+            except Refused as exc:
+                self._seen, self._entries = None, []
+                self._refuse(str(exc))
             return []
+
+    def _read(self, fd: int, info: os.stat_result) -> list[dict[str, Any]]:
         key = (info.st_ino, info.st_mtime_ns, info.st_size)
         if key == self._seen:
             return self._entries
         self._seen, self._entries = key, []
-        data = _read_at_most(fd, MAX_CHECKPOINT_BYTES + 1)
-        if len(data) > MAX_CHECKPOINT_BYTES:
-            self._refuse(f"is over {MAX_CHECKPOINT_BYTES} bytes")
-            return []
         try:
-            entries = json.loads(data)["Data"]["PodDeviceEntries"] or []
+            entries = json.loads(read_at_most(fd, MAX_CHECKPOINT_BYTES))["Data"]
+            entries = entries["PodDeviceEntries"] or []
+        except Refused as exc:  # this version of the file stays refused: not read again
+            self._refuse(str(exc))
+            return []
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             self._refuse(f"is not a device-manager checkpoint ({type(exc).__name__})")
             return []
@@ -127,16 +119,3 @@ def _device_ids(per_numa: Any) -> set[str]:
     if not isinstance(per_numa, dict):
         return set()
     return {i for ids in per_numa.values() if isinstance(ids, list) for i in ids}
-
-
-def _read_at_most(fd: int, limit: int) -> bytes:
-    """Up to ``limit`` bytes of the open file ``fd``."""
-    parts: list[bytes] = []
-    left = limit
-    while left > 0:
-        part = os.read(fd, min(left, 1 << 20))
-        if not part:
-            break
-        parts.append(part)
-        left -= len(part)
-    return b"".join(parts)

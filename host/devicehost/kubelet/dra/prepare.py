@@ -16,7 +16,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -25,7 +24,7 @@ from typing import Any
 
 from devicehost.edits.cdi import VENDOR, container_edits, minimum_version, write_atomically
 from devicehost.edits.compose import CompositionClash, PolicyChain, compose
-from devicehost.kubelet.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
+from devicehost.kubelet.dra.checkpoint import UID_RE, Checkpoint, PreparedClaim, PreparedDevice
 from devicehost.kubelet.dra.claims import (
     ClaimAllocation,
     ClaimProblem,
@@ -39,7 +38,7 @@ log = logging.getLogger(__name__)
 
 MAX_CLASS_LENGTH = 63
 #: A claim UID as the API server makes them (a UUID); it is part of a file name here.
-_UID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
+_UID_RE = UID_RE
 
 
 class PrepareError(Exception):
@@ -100,9 +99,9 @@ class Preparer:
     def _remove_orphans(self) -> None:
         """Remove claim specs of this driver that no checkpointed claim names (a crash
         between writing a spec and the checkpoint)."""
-        kept = {c.spec_file for c in self.checkpoint.claims.values()}
+        kept = {self.spec_path(uid) for uid in self.checkpoint.claims}
         for path in self.cdi_dir.glob(f"{VENDOR}-{claim_class(self.driver)}_*.json"):
-            if str(path) not in kept:
+            if path not in kept:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
                     log.info("DRA driver %s: removed the orphaned claim spec %s", self.driver, path)
@@ -245,9 +244,10 @@ class Preparer:
             raise PrepareError(f"UID {uid!r:.80} is not a UID")
         async with self._lock:
             claim = self.checkpoint.drop(uid)
-            path = Path(claim.spec_file) if claim is not None else self.spec_path(uid)
+            # Recomputed from the UID, never taken from the checkpoint: a file on the node
+            # others can reach must not name what is deleted.
             with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+                self.spec_path(uid).unlink()
             if claim is not None:
                 log.info(
                     "DRA driver %s: claim %s/%s (%s) unprepared",
