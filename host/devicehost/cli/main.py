@@ -526,9 +526,9 @@ def _run(config: HostConfig) -> int:
         asyncio.run(_serve(config, zygote, sim_root))
     finally:
         if sim_root is not None:  # the host removes it when it stops; not if it never ran
-            import shutil
+            from devicehost.simulation.trees import remove_sim_root
 
-            shutil.rmtree(sim_root, ignore_errors=True)
+            remove_sim_root(sim_root)
         from devicehost.system.reaping import stop_strays
         from devicehost.system.subprocesses import HELPERS
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from devicehost.drivers.discovery import DRIVER_GROUP, DriverInfo, Listing, Plug
 from devicehost.drivers.plan import first_calls
 from devicehost.drivers.process import WorkerExited, WorkerProcess
 from devicehost.drivers.zygote import Prestarted, Zygote
-from devicehost.simulation.trees import driver_root, make_sim_root
+from devicehost.simulation.trees import driver_root, make_sim_root, remove_sim_root
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +45,7 @@ class EarlyStart:
             _, worker = self.workers.popitem()
             await worker.stop(grace)
         if self.sim_root is not None:
-            shutil.rmtree(self.sim_root, ignore_errors=True)
+            remove_sim_root(self.sim_root)
 
 
 #: How long the host waits for the zygote's prestarted workers (it started them ~100 ms

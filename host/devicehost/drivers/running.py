@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from devicehost.drivers.zygote import Zygote
 from devicehost.edits.compose import PolicyChain
 from devicehost.edits.simulated_paths import spec_on_node
 from devicehost.errors import DriverError
-from devicehost.simulation.trees import driver_root, make_sim_root
+from devicehost.simulation.trees import driver_root, make_sim_root, remove_sim_root
 from devicehost.system import supervision
 from devicehost.telemetry.facade import Telemetry
 from devicehost.telemetry.metrics import Gauge
@@ -371,4 +370,4 @@ class RunningDrivers:
 
     def remove_sim_root(self) -> None:
         if self._sim_root:
-            shutil.rmtree(self._sim_root, ignore_errors=True)
+            remove_sim_root(self._sim_root)

@@ -6,6 +6,7 @@ build its part of the node while the host is still starting.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -14,6 +15,12 @@ from pathlib import Path
 SIM_PREFIX = "devicehost-sim-"
 #: The file in a simulated tree naming the host process that owns it.
 SIM_OWNER_FILE = ".owner-pid"
+#: The file whose lock the owning host holds while it lives: a lock is seen across PID
+#: namespaces, where a pid is not (a host in its container is PID 1, which looks alive to
+#: everyone, and its pids mean other processes outside).
+SIM_LOCK_FILE = ".owner.lock"
+#: the lock descriptor of each tree this process made, released when it is removed
+_held: dict[Path, int] = {}
 SHARED_MEMORY_DIR = "/dev/shm"
 
 
@@ -40,15 +47,46 @@ def make_sim_root(directory: Path | None = None) -> Path:
     tmp = directory or simulation_dir()
     tmp.mkdir(parents=True, exist_ok=True)
     for stale in tmp.glob(SIM_PREFIX + "*"):
-        try:
-            pid = int((stale / SIM_OWNER_FILE).read_text())
-        except (OSError, ValueError):
-            continue
-        if not _alive(pid):
+        if _abandoned(stale):
             shutil.rmtree(stale, ignore_errors=True)
     root = Path(tempfile.mkdtemp(prefix=SIM_PREFIX, dir=tmp))
+    fd = os.open(root / SIM_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    _held[root] = fd
+    # Written once the lock is held: a tree without it is still being made, and left alone.
     (root / SIM_OWNER_FILE).write_text(str(os.getpid()))
     return root
+
+
+def remove_sim_root(root: Path) -> None:
+    """Remove a tree this process made, and let go of its lock."""
+    shutil.rmtree(root, ignore_errors=True)
+    fd = _held.pop(root, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def _abandoned(tree: Path) -> bool:
+    """Whether no live host owns ``tree``: its lock can be taken (the owner is gone, in
+    whatever PID namespace it ran). A tree still being made is not; one from before the
+    lock existed is judged by its owner's pid."""
+    try:
+        pid = int((tree / SIM_OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    try:
+        fd = os.open(tree / SIM_LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return not _alive(pid)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def driver_root(sim_root: Path | None, root: Path, driver: str) -> Path:
