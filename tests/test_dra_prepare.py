@@ -89,9 +89,11 @@ class Node:
     def view(self) -> PoolView:
         return PoolView(pool=NODE, specs={RESOURCE: SPEC}, snapshots={RESOURCE: self.devices})
 
-    def plugin(self) -> DraPlugin:
+    def plugin(self, **preparer_options: Any) -> DraPlugin:
         checkpoint = Checkpoint(driver_dir(self.kubelet_dir, DRIVER) / "checkpoint.json")
-        preparer = Preparer(DRIVER, self.claims, self.view, self.cdi_dir, checkpoint)
+        preparer = Preparer(
+            DRIVER, self.claims, self.view, self.cdi_dir, checkpoint, **preparer_options
+        )
         return DraPlugin(DRIVER, preparer, self.kubelet_dir)
 
 
@@ -426,6 +428,50 @@ def test_a_fifo_for_a_checkpoint_neither_blocks_nor_stops_the_plugin(node):
     run(node, body)
     assert answers[0].claims["uid-one"].error == ""
     assert "uid-one" in json.loads(path.read_text())["claims"]
+
+
+class HangingClaims(DictClaims):
+    """An API server whose read of one claim never answers."""
+
+    def __init__(self, hanging: str) -> None:
+        super().__init__()
+        self.hanging = hanging
+
+    async def get(self, namespace: str, name: str) -> Mapping[str, Any]:
+        if name == self.hanging:
+            await asyncio.Event().wait()
+        return await super().get(namespace, name)
+
+
+def test_a_claim_read_that_hangs_times_out_and_holds_no_other_claim(node):
+    """One claim whose read never answers fails after the claim timeout with an error
+    saying so, and another claim prepared meanwhile does not wait for it."""
+    node.claims = HangingClaims("stuck")
+    node.claims.add("stuck", "uid-stuck", [name_of(1)])
+    node.claims.add("free", "uid-free", [name_of(2)])
+    answers: dict[str, dra.NodePrepareResourcesResponse] = {}
+
+    async def body(plugin: DraPlugin) -> None:
+        async def ask(name: str, uid: str) -> None:
+            answers[name] = await prepare(plugin, (name, uid))
+
+        stuck = asyncio.create_task(ask("stuck", "uid-stuck"))
+        await asyncio.sleep(0.2)  # the stuck read has begun
+        await asyncio.wait_for(ask("free", "uid-free"), 5)
+        assert not stuck.done()
+        await stuck
+
+    async def main() -> None:
+        plugin = node.plugin(claim_timeout=2.0)
+        await plugin.start()
+        try:
+            await body(plugin)
+        finally:
+            await plugin.stop()
+
+    asyncio.run(main())
+    assert answers["free"].claims["uid-free"].error == ""
+    assert "reading it took over 2 s" in answers["stuck"].claims["uid-stuck"].error
 
 
 def test_a_refused_registration_is_logged_with_the_kubelet_s_reason(node, caplog):

@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 MAX_CLASS_LENGTH = 63
 #: A claim UID as the API server makes them (a UUID); it is part of a file name here.
 _UID_RE = UID_RE
+#: How long one claim's read may take (the kubelet's own call has no deadline of its own
+#: worth waiting for: it retries a failed prepare).
+CLAIM_READ_SECONDS = 10.0
 
 
 class PrepareError(Exception):
@@ -82,8 +85,11 @@ class Preparer:
         cdi_dir: Path,
         checkpoint: Checkpoint,
         policies: PolicyChain | None = None,
+        claim_timeout: float = CLAIM_READ_SECONDS,
     ) -> None:
+        """``claim_timeout``: how long one claim's read from the API server may take."""
         self.driver = driver
+        self.claim_timeout = claim_timeout
         self.claims = claims
         self.pool = pool
         self.cdi_dir = cdi_dir
@@ -112,13 +118,25 @@ class Preparer:
             raise PrepareError(f"claim {namespace}/{name}: UID {uid!r:.80} is not a UID")
         async with self._lock:
             done = self.checkpoint.claims.get(uid)
+        if done is not None:
+            return done
+        # Read without the lock, and bounded: one claim whose read hangs must not hold every
+        # other prepare and unprepare of this driver.
+        try:
+            async with asyncio.timeout(self.claim_timeout):
+                claim = await self.claims.get(namespace, name)
+            allocation = allocation_of(claim, self.driver, uid)
+        except TimeoutError:
+            raise PrepareError(
+                f"claim {namespace}/{name}: reading it took over {self.claim_timeout:g} s; "
+                "the kubelet asks again"
+            ) from None
+        except ClaimProblem as exc:
+            raise PrepareError(str(exc)) from None
+        async with self._lock:
+            done = self.checkpoint.claims.get(uid)  # prepared meanwhile by another call
             if done is not None:
                 return done
-            try:
-                claim = await self.claims.get(namespace, name)
-                allocation = allocation_of(claim, self.driver, uid)
-            except ClaimProblem as exc:
-                raise PrepareError(str(exc)) from None
             view = self.pool()
             by_resource, requests = self._resolve(view, allocation)
             edits = self._compose(view, by_resource, f"claim {namespace}/{name}")
