@@ -404,10 +404,11 @@ def test_a_simulated_run_that_fails_at_start_leaves_no_tree(tmp_path, plugin_dir
     assert sim_trees(tmp) == []
 
 
-def test_sigterm_early_in_start_up_exits_0_and_leaves_nothing(tmp_path, plugin_dir):
-    """SIGTERM as the simulated tree has just been made (before the zygote is forked and
-    long before the host's loop handles signals): the run exits 0, not by the signal's
-    default action, without a traceback, and removes the tree."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+def test_sigterm_early_in_start_up_exits_0_and_leaves_nothing(tmp_path, plugin_dir, signum):
+    """SIGTERM or SIGINT (Ctrl-C) as the simulated tree has just been made (before the
+    zygote is forked and long before the host's loop handles signals): the run exits 0,
+    not by the signal's default action or 130, without a traceback, and removes the tree."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     run = run_scripted(
@@ -416,7 +417,7 @@ def test_sigterm_early_in_start_up_exits_0_and_leaves_nothing(tmp_path, plugin_d
     try:
         eventually(lambda: sim_trees(tmp) or run.poll() is not None, timeout=30)
         assert sim_trees(tmp), "the run ended before it made its tree"
-        run.send_signal(signal.SIGTERM)
+        run.send_signal(signum)
         # Honoured, not left for the end of the imports: the exit status and the removed tree
         # show it; how fast is make bench's stop_time (a busy machine may take seconds here).
         _, stderr = run.communicate(timeout=UNHURRIED_SECONDS)

@@ -497,6 +497,7 @@ def _run(config: HostConfig) -> int:
     # soon as the loop runs: the host stops as it would later (exit 0, the simulated tree
     # removed), instead of dying by the default action halfway through its imports.
     signal.signal(signal.SIGTERM, _note_signal)
+    signal.signal(signal.SIGINT, _note_signal)  # Ctrl-C stops it as SIGTERM does: exit 0
     import functools
 
     from devicehost.drivers.zygote import Zygote
@@ -536,7 +537,7 @@ def _run(config: HostConfig) -> int:
     return 0
 
 
-#: SIGTERM and SIGHUP that arrived before the loop took signals over
+#: SIGTERM, SIGINT and SIGHUP that arrived before the loop took signals over
 _SIGNALS_BEFORE_LOOP: list[int] = []
 
 
@@ -602,9 +603,10 @@ async def _serve(config: HostConfig, zygote: Zygote, sim_root: Path | None) -> N
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
     loop.add_signal_handler(signal.SIGHUP, _sighup_ignored)
     reaper = asyncio.create_task(_reap_strays(), name="reap-strays")
-    if signal.SIGTERM in _SIGNALS_BEFORE_LOOP:
+    if signal.SIGTERM in _SIGNALS_BEFORE_LOOP or signal.SIGINT in _SIGNALS_BEFORE_LOOP:
         stop.set()
     if signal.SIGHUP in _SIGNALS_BEFORE_LOOP:
         _sighup_ignored()
