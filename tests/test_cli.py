@@ -173,6 +173,18 @@ def test_unknown_driver_section_is_warned_about(tmp_path):
     assert "config drivers.nvida: no installed driver is named 'nvida'" in result.stderr
 
 
+def test_an_edit_allowance_for_a_driver_not_installed_is_warned_about(tmp_path):
+    """containerEdits.allow for a misspelt driver is reported like a driver section, not
+    accepted silently (its exception would never apply)."""
+    result = run_with_alpha(
+        tmp_path, "config", "containerEdits:\n  allow:\n    alhpa: [LD_PRELOAD]\n"
+    )
+    assert result.returncode == 0
+    assert "config containerEdits.allow.alhpa: no installed driver is named 'alhpa'" in (
+        result.stderr
+    )
+
+
 def test_demo_tours_a_simulated_node():
     """`devicehost demo` registers, lists, allocates, flips health and survives a restart."""
     result = devicehost("demo", "--drivers", "template")

@@ -232,6 +232,17 @@ def test_an_otlp_endpoint_that_is_no_url_is_refused_naming_the_key(tmp_path, end
         load_config(path, env={})
 
 
+def test_an_otlp_endpoint_with_a_nul_is_refused_naming_the_key(tmp_path):
+    """A NUL in the endpoint (a YAML "\\0" escape) is refused at load naming the key; it
+    used to pass, and start-up died with a traceback spawning the span exporter."""
+    path = tmp_path / "nul.yaml"
+    path.write_text(
+        'apiVersion: devicehost/v1\nkind: HostConfig\ntracing:\n  otlpEndpoint: "http://jaeger\\0:4317"\n'
+    )
+    with pytest.raises(ConfigError, match=rf"{path}: tracing\.otlpEndpoint: expected an OTLP URL"):
+        load_config(path, env={})
+
+
 def test_the_standard_otlp_variables_get_the_same_check():
     """OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is checked like the setting, naming the variable."""
     with pytest.raises(ConfigError, match="env OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: tracing"):

@@ -150,7 +150,7 @@ def _endpoint(value: Any) -> str:
     if not text:
         return text
     expected = f"expected an OTLP URL such as http://collector:4317, got {_short(text)}"
-    if any(c.isspace() for c in text):
+    if not text.isprintable() or any(c.isspace() for c in text):  # a NUL, a newline, ...
         raise ValueError(expected)
     try:
         url = urlsplit(text if "://" in text else f"http://{text}")

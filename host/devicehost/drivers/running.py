@@ -192,12 +192,14 @@ class RunningDrivers:
             self.plugins = load_plugins(allow=config.enabled_drivers, deny=config.disabled_drivers)
         self.policies = PolicyChain(self.plugins.pm)
         names = {info.name for info in self.plugins.infos}
-        for name in config.drivers:
+        for key, name in [
+            *((f"drivers.{n}", n) for n in config.drivers),
+            *((f"containerEdits.allow.{n}", n) for n in config.edits_allowed),
+        ]:
             if name not in names:
                 log.warning(
-                    "config drivers.%s: no installed driver is named %r; section "
-                    "ignored (installed: %s)",
-                    name,
+                    "config %s: no installed driver is named %r; section ignored (installed: %s)",
+                    key,
                     name,
                     ", ".join(sorted(names)),
                 )
