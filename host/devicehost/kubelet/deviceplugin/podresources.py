@@ -27,10 +27,37 @@ log = logging.getLogger(__name__)
 
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 CALL_TIMEOUT_SECONDS = 1.0
+#: A List answer is read at most this large: a pod with devices takes a few hundred bytes
+#: (45 000 pods answered 2 MB), and a larger answer is refused by gRPC, costing spans
+#: their pod attributes only.
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+#: An answer this fresh is reused by every lookup instead of asking again (half the first
+#: retry delay, so a retry always asks anew).
+FRESH_SECONDS = 0.025
+
+#: (resource, device ID) → (pod, namespace, container) of one List answer
+Index = dict[tuple[str, str], tuple[str, str, str]]
+
+
+def index_of(response: pr.ListPodResourcesResponse) -> Index:
+    """Who holds each device, from one List answer: the first container that names it."""
+    index: Index = {}
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            owner = (pod.name, pod.namespace, container.name)
+            for devices in container.devices:
+                for device_id in devices.device_ids:
+                    index.setdefault((devices.resource_name, device_id), owner)
+    return index
 
 
 class PodResolver:
-    """Looks device IDs up in the kubelet's PodResources List."""
+    """Looks device IDs up in the kubelet's PodResources List.
+
+    However many Allocates want a pod at once, one List call is in flight at a time and
+    its answer serves every one of them (and any lookup within ``FRESH_SECONDS``); the
+    answer, at most ``MAX_ANSWER_BYTES``, is indexed in a thread, never on the event loop.
+    """
 
     def __init__(
         self,
@@ -38,6 +65,7 @@ class PodResolver:
         retry_delays: Sequence[float] = RETRY_DELAYS,
         call_timeout: float = CALL_TIMEOUT_SECONDS,
         checkpoint: Path | None = None,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
         """``checkpoint``: the kubelet's ``kubelet_internal_checkpoint``, for pod UIDs
         (None: spans carry none)."""
@@ -45,8 +73,11 @@ class PodResolver:
         self.checkpoint = DeviceCheckpoint(checkpoint) if checkpoint is not None else None
         self.retry_delays = tuple(retry_delays)
         self.call_timeout = call_timeout
+        self.max_answer_bytes = max_answer_bytes
         self._channel: grpc.aio.Channel | None = None
         self._said_absent = False
+        self._listing: asyncio.Future[Index | None] | None = None
+        self._answer: tuple[float, Index] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -67,29 +98,48 @@ class PodResolver:
         return False
 
     async def lookup(self, resource: str, device_ids: Sequence[str]) -> PodIdentity | None:
-        """One List call: the container holding all of ``device_ids``, or None."""
+        """The container holding all of ``device_ids``, from a List answer; or None."""
         if not self._available():
             return None
+        index = await self._index()
+        if index is None:
+            return None
+        owners = {index.get((resource, device_id)) for device_id in device_ids}
+        if len(owners) != 1 or None in owners:
+            return None
+        owner = owners.pop()
+        assert owner is not None
+        pod, namespace, container = owner
+        uid = None
+        if self.checkpoint is not None:  # a file on the node: off the loop
+            uid = await asyncio.to_thread(self.checkpoint.pod_uid, resource, container, device_ids)
+        return PodIdentity(pod, namespace, container, uid or "")
+
+    async def _index(self) -> Index | None:
+        """A fresh List answer's index: the one just taken, the one being taken, or a new
+        one; None when the kubelet did not answer."""
+        loop = asyncio.get_running_loop()
+        if self._answer is not None and loop.time() - self._answer[0] <= FRESH_SECONDS:
+            return self._answer[1]
+        if self._listing is None or self._listing.done():
+            self._listing = asyncio.ensure_future(self._list())
+        return await asyncio.shield(self._listing)
+
+    async def _list(self) -> Index | None:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(f"unix://{self.socket}")
+            self._channel = grpc.aio.insecure_channel(
+                f"unix://{self.socket}",
+                options=[("grpc.max_receive_message_length", self.max_answer_bytes)],
+            )
         stub = pr_grpc.PodResourcesListerStub(self._channel)
         try:
             response = await stub.List(pr.ListPodResourcesRequest(), timeout=self.call_timeout)
         except grpc.aio.AioRpcError as exc:
             log.debug("PodResources List failed: %s", exc.details())
             return None
-        wanted = set(device_ids)
-        for pod in response.pod_resources:
-            for container in pod.containers:
-                for devices in container.devices:
-                    if devices.resource_name == resource and wanted <= set(devices.device_ids):
-                        uid = None
-                        if self.checkpoint is not None:  # a file on the node: off the loop
-                            uid = await asyncio.to_thread(
-                                self.checkpoint.pod_uid, resource, container.name, device_ids
-                            )
-                        return PodIdentity(pod.name, pod.namespace, container.name, uid or "")
-        return None
+        index = await asyncio.to_thread(index_of, response)
+        self._answer = (asyncio.get_running_loop().time(), index)
+        return index
 
     async def resolve(self, resource: str, device_ids: Sequence[str]) -> PodIdentity | None:
         """Retry ``lookup`` while the kubelet records the assignment; None if it never shows.
@@ -110,6 +160,8 @@ class PodResolver:
         return self.checkpoint is not None and self.checkpoint.path.exists()
 
     async def close(self) -> None:
+        if self._listing is not None:
+            self._listing.cancel()
         if self._channel is not None:
             await self._channel.close()
             self._channel = None
