@@ -32,10 +32,14 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DRIVER = "nvidia.devicehost.io"
 
 
+def facts(numa_node: int | None = None, **attributes: object) -> DeviceFacts:
+    return DeviceFacts(attributes=DeviceAttributes(**attributes), numa_node=numa_node)  # type: ignore[arg-type]
+
+
 def entry(device_id: str, resource: str = "nvidia.com/gpu", **kwargs: object) -> PoolDevice:
     health = kwargs.pop("health", Health.HEALTHY)
     device = Device(id=device_id, health=health, numa_nodes=(0,))  # type: ignore[arg-type]
-    return PoolDevice(resource=resource, device=device, facts=DeviceFacts(**kwargs))  # type: ignore[arg-type]
+    return PoolDevice(resource=resource, device=device, facts=facts(**kwargs))  # type: ignore[arg-type]
 
 
 def devices_of(pool) -> list[dict]:
@@ -95,8 +99,9 @@ def test_snapshot_gives_the_attributes_the_driver_declared():
         pcie_root="pci0000:15",
         memory_bytes=80 * 1024**3,
     )
-    facts = facts_from_snapshot(Device(id="a", numa_nodes=(0,), attributes=given))
-    attributes, capacity, notes = attributes_and_capacity(facts)
+    attributes, capacity, notes = attributes_and_capacity(
+        facts_from_snapshot(Device(id="a", numa_nodes=(0,), attributes=given))
+    )
     assert attributes["productName"] == {"string": "NVIDIA H100 80GB HBM3"}
     assert attributes["resource.kubernetes.io/pciBusID"] == {"string": "0000:1b:00.0"}
     assert attributes["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:15"}
@@ -107,7 +112,7 @@ def test_snapshot_gives_the_attributes_the_driver_declared():
 
 def test_attributes_and_capacity_use_the_api_spelling():
     """Each known fact becomes its attribute (standard names for PCI, NUMA); memory a capacity."""
-    facts = DeviceFacts(
+    given = facts(
         product="NVIDIA H100 80GB HBM3",
         mig_profile="1g.10gb",
         chip_type="910B",
@@ -118,7 +123,7 @@ def test_attributes_and_capacity_use_the_api_spelling():
         numa_node=0,
         memory_bytes=85899345920,
     )
-    attributes, capacity, notes = attributes_and_capacity(facts)
+    attributes, capacity, notes = attributes_and_capacity(given)
     assert attributes == {
         "productName": {"string": "NVIDIA H100 80GB HBM3"},
         "chipType": {"string": "910B"},
@@ -136,7 +141,7 @@ def test_attributes_and_capacity_use_the_api_spelling():
 @pytest.mark.parametrize("version", ["535.104.05", "23.0.rc3", "1.2", "v1.2.3"])
 def test_a_driver_version_that_is_not_semver_is_left_out(version):
     """A non-SemVer version would make the API refuse the slice: it is left out, with a note."""
-    attributes, _, notes = attributes_and_capacity(DeviceFacts(driver_version=version))
+    attributes, _, notes = attributes_and_capacity(facts(driver_version=version))
     assert "driverVersion" not in attributes
     assert notes == [f"driverVersion {version!r} is not SemVer 2.0.0"]
 
@@ -148,7 +153,7 @@ def test_semver_accepts_prerelease_and_build():
 
 def test_a_string_over_64_characters_is_left_out():
     """String attributes over the API's 64 characters are left out with a note."""
-    attributes, _, notes = attributes_and_capacity(DeviceFacts(product="x" * 65))
+    attributes, _, notes = attributes_and_capacity(facts(product="x" * 65))
     assert attributes == {} and len(notes) == 1
 
 

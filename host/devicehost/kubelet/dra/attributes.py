@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from devicehost.model import Device
+from devicehost.model import NO_ATTRIBUTES, Device, DeviceAttributes
 from devicehost.sysfs import pcie_root as pcie_root
 
 STANDARD = "resource.kubernetes.io/"
@@ -44,36 +44,18 @@ def is_semver(text: str) -> bool:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DeviceFacts:
-    """One device as a ResourceSlice describes it. Empty or None: not known, left out."""
+    """One device as a ResourceSlice describes it: what its driver says of it (checked by
+    the host) and its NUMA node. Empty or None: not known, left out."""
 
-    product: str = ""
-    model: str = ""
-    chip_type: str = ""
-    mig_profile: str = ""
-    interconnect_group: str = ""
-    driver_version: str = ""
-    pci_address: str = ""
-    pcie_root: str = ""
+    attributes: DeviceAttributes = NO_ATTRIBUTES
     numa_node: int | None = None
-    memory_bytes: int | None = None
 
 
 def facts_from_snapshot(device: Device) -> DeviceFacts:
     """What the snapshot tells: the attributes the driver gave (checked by the host), and
     the NUMA node when the device has exactly one."""
-    given = device.attributes
-    return DeviceFacts(
-        product=given.product,
-        model=given.model,
-        chip_type=given.chip_type,
-        mig_profile=given.mig_profile,
-        interconnect_group=given.interconnect_group,
-        driver_version=given.driver_version,
-        pci_address=given.pci_address,
-        pcie_root=given.pcie_root,
-        numa_node=device.numa_nodes[0] if len(device.numa_nodes) == 1 else None,
-        memory_bytes=given.memory_bytes,
-    )
+    numa = device.numa_nodes[0] if len(device.numa_nodes) == 1 else None
+    return DeviceFacts(attributes=device.attributes, numa_node=numa)
 
 
 def _string(value: str) -> dict[str, Any]:
@@ -85,14 +67,15 @@ def attributes_and_capacity(
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], list[str]]:
     """The device's ``attributes`` and ``capacity`` as the API spells them, and a note for
     each fact left out because the API would refuse it."""
+    given = facts.attributes
     attributes: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
     strings = {
-        "productName": facts.product,
-        "model": facts.model,
-        "chipType": facts.chip_type,
-        "migProfile": facts.mig_profile,
-        "interconnectGroup": facts.interconnect_group,
+        "productName": given.product,
+        "model": given.model,
+        "chipType": given.chip_type,
+        "migProfile": given.mig_profile,
+        "interconnectGroup": given.interconnect_group,
     }
     for name, value in strings.items():
         if not value:
@@ -101,21 +84,21 @@ def attributes_and_capacity(
             notes.append(f"{name} {value!r:.80} is longer than {MAX_VALUE_LENGTH} characters")
             continue
         attributes[name] = _string(value)
-    if facts.driver_version:
-        if is_semver(facts.driver_version):
-            attributes["driverVersion"] = {"version": facts.driver_version}
+    if given.driver_version:
+        if is_semver(given.driver_version):
+            attributes["driverVersion"] = {"version": given.driver_version}
         else:
-            notes.append(f"driverVersion {facts.driver_version!r:.80} is not SemVer 2.0.0")
-    if facts.pci_address:
-        if _BDF_RE.match(facts.pci_address):
-            attributes[PCI_BUS_ID] = _string(facts.pci_address)
+            notes.append(f"driverVersion {given.driver_version!r:.80} is not SemVer 2.0.0")
+    if given.pci_address:
+        if _BDF_RE.match(given.pci_address):
+            attributes[PCI_BUS_ID] = _string(given.pci_address)
         else:
-            notes.append(f"PCI address {facts.pci_address!r:.80} is not dddd:bb:dd.f")
-    if facts.pcie_root:
-        attributes[PCIE_ROOT] = _string(facts.pcie_root)
+            notes.append(f"PCI address {given.pci_address!r:.80} is not dddd:bb:dd.f")
+    if given.pcie_root:
+        attributes[PCIE_ROOT] = _string(given.pcie_root)
     if facts.numa_node is not None and facts.numa_node >= 0:
         attributes[NUMA_NODE] = {"int": facts.numa_node}
     capacity: dict[str, dict[str, Any]] = {}
-    if facts.memory_bytes is not None and facts.memory_bytes > 0:
-        capacity["memory"] = {"value": str(facts.memory_bytes)}
+    if given.memory_bytes is not None and given.memory_bytes > 0:
+        capacity["memory"] = {"value": str(given.memory_bytes)}
     return attributes, capacity, notes
