@@ -55,6 +55,31 @@ def test_fake_pci_device_layout(tmp_path):
     assert not (device / "driver").readlink().is_absolute()
 
 
+def test_fake_root_write_is_atomic_like_sysfs(tmp_path):
+    """A reader polling an attribute while a test rewrites it sees the old text or the
+    new, never an empty attribute (a driver's watch would take that for a fault)."""
+    import threading
+
+    root = FakeRoot(tmp_path)
+    path = root.write("/sys/class/widget/widget0/health", "ok")
+    seen: set[str] = set()
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            seen.add(path.read_text())
+
+    reader = threading.Thread(target=poll, daemon=True)
+    reader.start()
+    try:
+        for index in range(2000):
+            root.write("/sys/class/widget/widget0/health", "fault" if index % 2 else "ok")
+    finally:
+        done.set()
+        reader.join(10)
+    assert seen <= {"ok\n", "fault\n"}, seen
+
+
 def test_fake_root_writes_create_their_parents_and_replace_what_was_there(tmp_path):
     """Files, links and device stand-ins land in directories that do not exist yet, a
     second write replaces the first (shorter text leaves nothing of the longer), and a

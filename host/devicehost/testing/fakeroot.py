@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -58,16 +59,24 @@ class FakeRoot:
 
     def write(self, rel: str, text: str = "") -> Path:
         """Write a file (a sysfs attribute ends with a newline, as the kernel writes it),
-        creating its parents; return its real path."""
+        creating its parents; return its real path. Atomic, as sysfs is: a reader sees the
+        old text or the new, never an empty or half-written attribute (the text goes to a
+        file beside it, which then replaces it; a link's target is written)."""
         target = self._real(rel)
+        if os.path.islink(target):
+            target = os.path.realpath(target)
         data = (text if text.endswith("\n") or not text else text + "\n").encode()
-        fd = _with_parents(target, lambda: os.open(target, NEW_FILE | os.O_TRUNC, 0o666))
+        temporary = f"{target}.{os.getpid()}-{threading.get_ident()}.tmp"
+        fd = _with_parents(
+            temporary, lambda: os.open(temporary, NEW_FILE | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        )
         try:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
+        os.replace(temporary, target)
         return Path(target)
 
     def mkdir(self, rel: str) -> Path:
