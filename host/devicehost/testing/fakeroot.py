@@ -66,7 +66,9 @@ class FakeRoot:
         if os.path.islink(target):
             target = os.path.realpath(target)
         data = (text if text.endswith("\n") or not text else text + "\n").encode()
-        temporary = f"{target}.{os.getpid()}-{threading.get_ident()}.tmp"
+        # A dot file: a driver's listing (``glob("nvidia*")``) never sees it.
+        directory, name = os.path.split(target)
+        temporary = os.path.join(directory, f".{name}.{os.getpid()}-{threading.get_ident()}.tmp")
         fd = _with_parents(
             temporary, lambda: os.open(temporary, NEW_FILE | os.O_TRUNC | os.O_CLOEXEC, 0o666)
         )
