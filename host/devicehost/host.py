@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 from devicehost.config.for_node import for_this_node
 from devicehost.config.host_config import HostConfig
-from devicehost.drivers.conformance import ConformanceError, ConformanceReport, check_driver
 from devicehost.drivers.discovery import PluginSet
 from devicehost.drivers.early import EarlyStart
 from devicehost.drivers.ownership import Claim, ResourceTable
@@ -39,6 +38,7 @@ from devicehost.telemetry.readiness import not_ready
 from devicehost.telemetry.status_server import StatusServer, start_status_server
 
 if TYPE_CHECKING:
+    from devicehost.drivers.conformance import ConformanceError, ConformanceReport, check_driver
     from devicehost.edits.cdi import CdiWriter
     from devicehost.node.labels import NodeLabels
 
@@ -46,6 +46,18 @@ log = logging.getLogger(__name__)
 
 #: The kit (``devicehost.testing``) reaches the host through this module alone.
 __all__ = ["ConformanceError", "ConformanceReport", "Host", "check_driver", "serve"]
+#: The kit's conformance battery, imported only when the kit asks for it: never at a
+#: ``devicehost run`` start.
+_BATTERY = ("ConformanceError", "ConformanceReport", "check_driver")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _BATTERY:
+        from devicehost.drivers import conformance
+
+        return getattr(conformance, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 STREAM_GRACE_SECONDS = 0.05
 STOP_TASKS_SECONDS = 0.5
