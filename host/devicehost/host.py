@@ -155,8 +155,7 @@ class Host:
         if self.node_labels is not None:
             await self.node_labels.add(driver, states.values())
 
-    def _file_errors(self, driver: str) -> list[str]:
-        resources = [c.spec.name for c in self.table.claims.values() if c.driver.name == driver]
+    def _file_errors(self, driver: str, resources: list[str]) -> list[str]:
         return node_file_errors(driver, resources, self.cdi, self.node_labels)
 
     def _supervised(self, name: str, run: Callable[[], Awaitable[object]]) -> asyncio.Task[None]:

@@ -131,15 +131,18 @@ class RunningDrivers:
             for name, h in sorted(self.handles.items())
         ]
 
-    def states(self, node_file_errors: Callable[[str], list[str]]) -> list[dict[str, Any]]:
+    def states(
+        self, node_file_errors: Callable[[str, list[str]], list[str]]
+    ) -> list[dict[str, Any]]:
         """Every installed plugin as ``devicehost drivers`` shows it, live: status, reason,
         restarts, hooks running past their timeout, resources; and node files whose last
-        write failed (``node_file_errors``, retried)."""
+        write failed (``node_file_errors`` of the driver and its resources, retried)."""
         infos = self.plugins.infos if self.plugins else []
         rows: list[dict[str, Any]] = []
         for info in infos:
             handle = self.handles.get(info.name)
             process = handle.process if handle is not None else None
+            resources = [r for r, claim in self.table.claims.items() if claim.driver.info is info]
             rows.append(
                 {
                     "name": info.name,
@@ -151,10 +154,8 @@ class RunningDrivers:
                     "notes": list(info.notes),
                     "restarts": info.restarts,
                     "hung": process.hung_hooks() if process is not None else [],
-                    "resources": [
-                        r for r, claim in self.table.claims.items() if claim.driver.info is info
-                    ],
-                    "nodeFileErrors": node_file_errors(info.name),
+                    "resources": resources,
+                    "nodeFileErrors": node_file_errors(info.name, resources),
                 }
             )
         return rows
