@@ -430,39 +430,27 @@ def test_a_fifo_for_a_checkpoint_neither_blocks_nor_stops_the_plugin(node):
     assert "uid-one" in json.loads(path.read_text())["claims"]
 
 
-class HangingClaims(DictClaims):
-    """An API server whose read of one claim never answers."""
+class HeldClaims(DictClaims):
+    """An API server whose read of one claim answers only once the test releases it."""
 
-    def __init__(self, hanging: str) -> None:
+    def __init__(self, held: str) -> None:
         super().__init__()
-        self.hanging = hanging
+        self.held = held
+        self.reading = asyncio.Event()
+        self.release = asyncio.Event()
 
     async def get(self, namespace: str, name: str) -> Mapping[str, Any]:
-        if name == self.hanging:
-            await asyncio.Event().wait()
+        if name == self.held:
+            self.reading.set()
+            await self.release.wait()
         return await super().get(namespace, name)
 
 
-def test_a_claim_read_that_hangs_times_out_and_holds_no_other_claim(node):
-    """One claim whose read never answers fails after the claim timeout with an error
-    saying so, and another claim prepared meanwhile does not wait for it."""
-    node.claims = HangingClaims("stuck")
-    node.claims.add("stuck", "uid-stuck", [name_of(1)])
-    node.claims.add("free", "uid-free", [name_of(2)])
-    answers: dict[str, dra.NodePrepareResourcesResponse] = {}
-
-    async def body(plugin: DraPlugin) -> None:
-        async def ask(name: str, uid: str) -> None:
-            answers[name] = await prepare(plugin, (name, uid))
-
-        stuck = asyncio.create_task(ask("stuck", "uid-stuck"))
-        await asyncio.sleep(0.2)  # the stuck read has begun
-        await asyncio.wait_for(ask("free", "uid-free"), 5)
-        assert not stuck.done()
-        await stuck
+def serve_plugin(node, body: Callable[[DraPlugin], Awaitable[None]], **options: Any) -> None:
+    """``run``, with the preparer's options (e.g. its claim timeout)."""
 
     async def main() -> None:
-        plugin = node.plugin(claim_timeout=2.0)
+        plugin = node.plugin(**options)
         await plugin.start()
         try:
             await body(plugin)
@@ -470,8 +458,43 @@ def test_a_claim_read_that_hangs_times_out_and_holds_no_other_claim(node):
             await plugin.stop()
 
     asyncio.run(main())
+
+
+def test_a_claim_read_that_hangs_holds_no_other_claim(node):
+    """While one claim's read from the API server hangs, another claim of the driver is
+    prepared; the first is prepared once its read answers."""
+    claims = node.claims = HeldClaims("stuck")
+    claims.add("stuck", "uid-stuck", [name_of(1)])
+    claims.add("free", "uid-free", [name_of(2)])
+    answers: dict[str, dra.NodePrepareResourcesResponse] = {}
+
+    async def body(plugin: DraPlugin) -> None:
+        async def ask(name: str, uid: str) -> None:
+            answers[name] = await prepare(plugin, (name, uid))
+
+        stuck = asyncio.create_task(ask("stuck", "uid-stuck"))
+        await claims.reading.wait()
+        await ask("free", "uid-free")
+        assert not stuck.done()
+        claims.release.set()
+        await stuck
+
+    serve_plugin(node, body, claim_timeout=600.0)
     assert answers["free"].claims["uid-free"].error == ""
-    assert "reading it took over 2 s" in answers["stuck"].claims["uid-stuck"].error
+    assert answers["stuck"].claims["uid-stuck"].error == ""
+
+
+def test_a_claim_read_that_never_answers_fails_after_the_claim_timeout(node):
+    """A claim whose read never answers fails after the claim timeout, saying so."""
+    claims = node.claims = HeldClaims("stuck")
+    claims.add("stuck", "uid-stuck", [name_of(1)])
+    answers: list[dra.NodePrepareResourcesResponse] = []
+
+    async def body(plugin: DraPlugin) -> None:
+        answers.append(await prepare(plugin, ("stuck", "uid-stuck")))
+
+    serve_plugin(node, body, claim_timeout=0.5)
+    assert "reading it took over 0.5 s" in answers[0].claims["uid-stuck"].error
 
 
 def test_a_refused_registration_is_logged_with_the_kubelet_s_reason(node, caplog):
