@@ -144,6 +144,21 @@ def test_drivers_json_lists_status_and_resources(tmp_path):
     assert alpha["notes"] == ["scripted with 2 devices"]
 
 
+def test_drivers_text_shows_which_resources_go_through_dra(tmp_path):
+    """A resource configured `api: dra` is listed under its DRA driver's name, apart from
+    the driver's device-plugin resources."""
+    body = (
+        "nodeName: node-1\n"
+        "resources:\n  a.example/x: {api: dra}\n"
+        "drivers:\n  alpha:\n    resources: {a.example/x: 2, a.example/y: 1}\n"
+    )
+    result = run_with_alpha(tmp_path, "drivers", body)
+    assert result.returncode == 0, result.stderr
+    lines = [line.strip() for line in result.stdout.splitlines()]
+    assert "resources: a.example/y" in lines
+    assert "DRA driver alpha.devicehost.io (not registered yet): a.example/x" in lines
+
+
 def test_devices_json_shows_ids_health_and_numa(tmp_path):
     """`devices --json` enumerates once and shows every device with health and NUMA."""
     result = run_with_alpha(

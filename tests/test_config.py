@@ -272,3 +272,32 @@ def test_each_value_keeps_where_it_was_set(tmp_path):
     assert config.source_of("scanIntervalSeconds") == str(path)
     assert config.source_of("drivers.nvidia.migStrategy") == str(path)
     assert config.source_of("pluginDir") == "config"
+
+
+def test_a_resource_is_a_device_plugin_unless_configured_dra(tmp_path):
+    path = write(tmp_path, "resources:\n  nvidia.com/gpu: {api: dra}\n")
+    config = load_config(path, env={})
+    assert config.api_of("nvidia.com/gpu") == "dra"
+    assert config.api_of("rdma/hca") == "devicePlugin"
+    assert config.to_document()["resources"] == {"nvidia.com/gpu": {"api": "dra"}}
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (
+            "resources:\n  nvidia.com/gpu: {api: csi}\n",
+            "resource 'nvidia.com/gpu': api must be one of devicePlugin, dra, got 'csi'",
+        ),
+        (
+            "resources:\n  nvidia.com/gpu: {apis: dra}\n",
+            "resource 'nvidia.com/gpu': unknown key 'apis'; known keys: api",
+        ),
+        ("resources:\n  nvidia.com/gpu: dra\n", "expected a mapping for resource 'nvidia.com/gpu'"),
+    ],
+)
+def test_a_bad_resource_setting_names_the_resource(tmp_path, body, problem):
+    path = write(tmp_path, body)
+    with pytest.raises(ConfigError) as failed:
+        load_config(path, env={})
+    assert str(failed.value).startswith(f"{path}: resources: {problem}")

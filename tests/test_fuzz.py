@@ -628,6 +628,13 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "containerEdits.allow": st.sampled_from(
         [None, {}, {"a": ["LD_LIBRARY_PATH", "/etc/ld.so.conf.d"]}, {"a": "PATH"}, {"a": [""]}]
     ),
+    "resources": st.sampled_from(
+        [None, {}, {"a/b": {"api": "dra"}}, {"a/b": {"api": "x"}}, {"a/b": "dra"}, {1: {}}, []]
+    ),
+    "dra.kubeletDir": st.sampled_from(["/var/lib/kubelet", "relative", ""]),
+    "dra.driverNames": st.sampled_from([None, {}, {"a": "gpu.example.com"}, {"a": ""}, {"a": 1}]),
+    "dra.unhealthy": st.sampled_from(["withdraw", "taint", "TAINT", "drop", 1]),
+    "dra.kubeconfig": st.sampled_from(["", None, "/etc/kube/config"]),
 }
 assert set(PLAUSIBLE) == set(KEYS)
 

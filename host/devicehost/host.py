@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devicehost.config.for_node import for_this_node
-from devicehost.config.host_config import HostConfig
+from devicehost.config.host_config import DRA_API, HostConfig
 from devicehost.drivers.discovery import PluginSet
 from devicehost.drivers.early import EarlyStart
 from devicehost.drivers.ownership import Claim, ResourceTable
@@ -40,6 +40,7 @@ from devicehost.telemetry.status_server import StatusServer, start_status_server
 if TYPE_CHECKING:
     from devicehost.drivers.conformance import ConformanceError, ConformanceReport, check_driver
     from devicehost.edits.cdi import CdiWriter
+    from devicehost.kubelet.dra.face import DraFace
     from devicehost.node.labels import NodeLabels
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,11 @@ class Host:
         self.running = RunningDrivers(config, self.telemetry, self.table, zygote, early)
         self.running.on_ready = self._driver_ready
         self.face = DevicePluginFace(config, self.telemetry, use_inotify)
+        self.dra: DraFace | None = None
+        if any(section.get("api") == DRA_API for section in config.resources.values()):
+            from devicehost.kubelet.dra.face import DraFace
+
+            self.dra = DraFace(config, self.telemetry)
         self.status_server: StatusServer | None = None
         self.node_labels: NodeLabels | None = None
         if config.feature_file:  # these two are off unless configured: imported only then
@@ -120,12 +126,20 @@ class Host:
         return self.running.simulated_root(driver)
 
     def driver_states(self) -> list[dict[str, Any]]:
-        """Every installed plugin as ``devicehost drivers`` shows it, live."""
-        return self.running.states(self._file_errors)
+        """Every installed plugin as ``devicehost drivers`` shows it, live; a driver with
+        resources served through DRA has them in ``dra`` too."""
+        rows = self.running.states(self._file_errors)
+        if self.dra is not None:
+            for row in rows:
+                dra = self.dra.row(row["name"])
+                if dra is not None:
+                    row["dra"] = dra
+        return rows
 
     def not_ready(self) -> list[str]:
         """Why /readyz fails; empty when ready."""
-        return not_ready(self.face.not_registered(), self.running.down())
+        reasons = not_ready(self.face.not_registered(), self.running.down())
+        return reasons + (self.dra.not_ready() if self.dra is not None else [])
 
     @property
     def ready(self) -> bool:
@@ -134,10 +148,14 @@ class Host:
     # -- connections between the parts ------------------------------------------------------
 
     def _admit(self, name: str) -> str | None:
-        return descriptors.resource_problem(name, self.face.unserved())
+        unserved = self.face.unserved() + (self.dra.unserved() if self.dra else 0)
+        return descriptors.resource_problem(name, unserved)
 
     def _claimed(self, claim: Claim) -> None:
         driver = claim.driver.name
+        if self.dra is not None and self.dra.covers(claim.spec.name):
+            self.dra.add(claim, self.running.policies)  # never also a device plugin
+            return
         cdi = self.cdi if self.cdi and self.cdi.covers(driver) else None
         if cdi:
             claim.state.subscribe(functools.partial(cdi.refresh, claim.spec))
@@ -145,6 +163,8 @@ class Host:
 
     def _withdrawn(self, claim: Claim) -> None:
         self.face.withdraw(claim.spec.name)
+        if self.dra is not None:
+            self.dra.withdraw(claim.spec.name)
 
     async def _driver_ready(self, driver: DriverHandle, states: dict[str, ResourceState]) -> None:
         if not self._serving:
@@ -152,6 +172,8 @@ class Host:
         for name in states:
             if self.table.owned_by(name, driver):  # not contested since
                 self.face.serve(name)
+                if self.dra is not None:
+                    self.dra.serve(name)
         if self.node_labels is not None:
             await self.node_labels.add(driver, states.values())
 
@@ -215,7 +237,8 @@ class Host:
         for task in self._tasks:
             task.cancel()
         driver_tasks, workers = self.running.cancel()
-        tasks = [*self._tasks, *self.face.cancel(), *driver_tasks]
+        dra_tasks = self.dra.cancel() if self.dra is not None else []
+        tasks = [*self._tasks, *self.face.cancel(), *dra_tasks, *driver_tasks]
         if tasks:
             _, stuck = await asyncio.wait(tasks, timeout=STOP_TASKS_SECONDS)
             for task in stuck:

@@ -293,8 +293,16 @@ async def _drivers(config: HostConfig, as_json: bool) -> int:
             + [f"node file: {e}" for e in row.get("nodeFileErrors", ())]
         ):
             print(f"{'':<12} {line}")
-        if row["resources"]:
-            print(f"{'':<12} resources: {', '.join(row['resources'])}")
+        dra: dict[str, Any] = row["dra"] if isinstance(row.get("dra"), dict) else {}
+        through_dra = set(dra.get("resources", ())) | set(dra.get("refused", {}))
+        plugins = [r for r in row["resources"] if r not in through_dra]
+        if plugins:
+            print(f"{'':<12} resources: {', '.join(plugins)}")
+        if dra.get("resources"):
+            state = "registered" if dra.get("registered") else "not registered yet"
+            print(f"{'':<12} DRA driver {dra.get('name')} ({state}): {', '.join(dra['resources'])}")
+        for resource, why in dra.get("refused", {}).items():
+            print(f"{'':<12} not served through DRA: {resource}: {why}")
     return 0
 
 

@@ -191,6 +191,53 @@ def _allowances(value: Any) -> dict[str, tuple[str, ...]]:
     return allowed
 
 
+#: How a resource reaches the kubelet: the Device Plugin API (the default) or DRA.
+DEVICE_PLUGIN_API = "devicePlugin"
+DRA_API = "dra"
+_RESOURCE_KEYS = {"api": (DEVICE_PLUGIN_API, DRA_API)}
+
+
+def _resource_sections(value: Any) -> dict[str, dict[str, str]]:
+    """``{resource name: {api: devicePlugin | dra}}``: how each resource is served."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError("expected a mapping of resource name to its settings")
+    sections: dict[str, dict[str, str]] = {}
+    for name, section in value.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"expected a resource name, got {_short(name)}")
+        if not isinstance(section, dict):
+            raise ValueError(f"expected a mapping for resource {name!r}, got {_short(section)}")
+        for key, raw in section.items():
+            choices = _RESOURCE_KEYS.get(key)
+            if choices is None:
+                raise ValueError(
+                    f"resource {name!r}: unknown key {key!r}; known keys: "
+                    f"{', '.join(_RESOURCE_KEYS)}"
+                )
+            if raw not in choices:
+                raise ValueError(
+                    f"resource {name!r}: {key} must be one of {', '.join(choices)}, "
+                    f"got {_short(raw)}"
+                )
+        sections[name] = {str(k): str(v) for k, v in section.items()}
+    return sections
+
+
+def _names(value: Any) -> dict[str, str]:
+    """``{devicehost driver: DRA driver name}`` (checked where it is used: the DRA face)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v for k, v in value.items()
+    ):
+        raise ValueError(
+            f"expected a mapping of driver name to DRA driver name, got {_short(value)}"
+        )
+    return dict(value)
+
+
 def redact_url(url: str) -> str:
     """``url`` with any ``user:password@`` replaced by ``***@``: an endpoint may carry
     credentials, and logs and printed configs must never show them."""
@@ -250,6 +297,11 @@ class HostConfig:
     max_devices_per_resource: int = 10_000
     max_resources_per_driver: int = 64
     edits_allowed: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    resources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    kubelet_dir: Path = Path("/var/lib/kubelet")
+    dra_driver_names: Mapping[str, str] = field(default_factory=dict)
+    dra_unhealthy: str = "withdraw"
+    kubeconfig: Path | None = None
 
     @property
     def kubelet_socket(self) -> Path:
@@ -270,6 +322,10 @@ class HostConfig:
         beyond its defaults (``containerEdits.allow``)."""
         return frozenset(self.edits_allowed.get(driver, ()))
 
+    def api_of(self, resource: str) -> str:
+        """How ``resource`` reaches the kubelet: ``devicePlugin`` unless configured ``dra``."""
+        return self.resources.get(resource, {}).get("api", DEVICE_PLUGIN_API)
+
     def to_document(self, redact: bool = False) -> dict[str, Any]:
         """The config as a HostConfig YAML document (what ``devicehost config`` prints,
         with ``redact``: credentials in the OTLP endpoint hidden)."""
@@ -286,7 +342,8 @@ class HostConfig:
                 value = list(value)
             elif isinstance(value, Mapping):
                 value = {
-                    k: dict(v) if isinstance(v, Mapping) else list(v) for k, v in value.items()
+                    k: dict(v) if isinstance(v, Mapping) else v if isinstance(v, str) else list(v)
+                    for k, v in value.items()
                 }
             node = doc
             *parents, leaf = setting.key.split(".")
@@ -505,6 +562,43 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "per driver: env names and container paths the container-edit policy refuses by "
         "default that this driver may use",
+    ),
+    Setting(
+        "resources",
+        "resources",
+        _resource_sections,
+        None,
+        "per resource: api: devicePlugin (the default) or dra, how the kubelet gets it "
+        "(docs/dra.md)",
+    ),
+    Setting(
+        "dra.kubeletDir",
+        "kubelet_dir",
+        _absolute_path,
+        "DEVICEHOST_KUBELET_DIR",
+        "the kubelet's directory, where DRA drivers' sockets go (plugins/, plugins_registry/)",
+    ),
+    Setting(
+        "dra.driverNames",
+        "dra_driver_names",
+        _names,
+        None,
+        "per driver: its DRA driver name (default: <driver>.devicehost.io)",
+    ),
+    Setting(
+        "dra.unhealthy",
+        "dra_unhealthy",
+        _choice("withdraw", "taint"),
+        "DEVICEHOST_DRA_UNHEALTHY",
+        "what a ResourceSlice does with an Unhealthy device: withdraw it, or taint it "
+        "(needs the DRADeviceTaints feature)",
+    ),
+    Setting(
+        "dra.kubeconfig",
+        "kubeconfig",
+        _optional_path,
+        "DEVICEHOST_KUBECONFIG",
+        "the API server's kubeconfig for DRA (default: the pod's service account)",
     ),
 )
 _BY_KEY = {s.key: s for s in SETTINGS}

@@ -5,5 +5,5 @@ driver: registration with the kubelet's plugin watcher (``registration``), Resou
 built from the device snapshots (``slices``, ``attributes``, ``naming``), and the kubelet's
 ``NodePrepareResources``/``NodeUnprepareResources`` answered from the same container
 edits Allocate composes (``prepare``, ``checkpoint``, ``claims``, ``servicer``, ``plugin``).
-Not wired into ``devicehost run`` yet: see docs/dra.md.
+``face`` serves them in ``devicehost run``: see docs/dra.md.
 """

@@ -1,0 +1,204 @@
+"""The DRA face of one host: a DRA driver per devicehost driver with resources configured
+``api: dra``, served, registered and stopped as a unit under the host's task supervisor.
+
+The host hands it each such resource the driver side claims (``add``) and withdraws
+(``withdraw``), and says when one should be served (``serve``): the resource's driver
+then gets its DRA and registration sockets (``plugin``) and a ``Preparer`` that reads the
+driver's pool as it is at each call, so a resource served later joins the same pool. A
+driver whose DRA name or node cannot be used is not served, with one error line each and
+the reason on /readyz; every other resource is served as usual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from devicehost.config.host_config import DRA_API, HostConfig
+from devicehost.drivers.ownership import Claim
+from devicehost.edits.compose import PolicyChain
+from devicehost.kubelet.dra.checkpoint import Checkpoint
+from devicehost.kubelet.dra.claims import ClaimProblem, ClaimSource
+from devicehost.kubelet.dra.naming import driver_name, pool_name
+from devicehost.kubelet.dra.plugin import DraPlugin, driver_dir
+from devicehost.kubelet.dra.prepare import PoolView, Preparer
+from devicehost.system import supervision
+from devicehost.telemetry.facade import Telemetry
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FILE = "checkpoint.json"
+
+
+class NoClaimSource:
+    """Claims when no API server client is configured: every read fails, saying why."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    async def get(self, namespace: str, name: str) -> dict[str, object]:
+        raise ClaimProblem(f"claim {namespace}/{name} cannot be read: {self.reason}")
+
+
+@dataclass
+class DraDriver:
+    """One devicehost driver as a DRA driver: its resources and, once served, its plugin."""
+
+    driver: str
+    name: str
+    claims: dict[str, Claim] = field(default_factory=dict)
+    policies: PolicyChain | None = None
+    plugin: DraPlugin | None = None
+    task: asyncio.Task[None] | None = None
+    #: Set once its sockets serve (the plugin watcher may register it from then on).
+    serving: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class DraFace:
+    """Every resource this host serves through DRA, grouped by driver."""
+
+    def __init__(self, config: HostConfig, telemetry: Telemetry) -> None:
+        self.config = config
+        self.telemetry = telemetry
+        self.drivers: dict[str, DraDriver] = {}
+        #: Resources refused by this face: name → (its driver, why), shown on /readyz.
+        self.refused: dict[str, tuple[str, str]] = {}
+        #: Where claims are read; the API server's client is set by the host.
+        self.claims: ClaimSource = NoClaimSource("no Kubernetes API client is configured")
+        self._stopping = False
+
+    def covers(self, resource: str) -> bool:
+        """Whether ``resource`` is configured to be served through DRA."""
+        return self.config.api_of(resource) == DRA_API
+
+    def dra_name(self, driver: str) -> str:
+        """The DRA driver name of ``driver`` (``ValueError`` when the configured or
+        derived name is not one)."""
+        return driver_name(driver, self.config.dra_driver_names)
+
+    # -- what the host hands over ----------------------------------------------------------
+
+    def add(self, claim: Claim, policies: PolicyChain | None) -> None:
+        """A DRA resource the driver side claimed: part of its driver's pool, not served yet."""
+        driver = claim.driver.name
+        resource = claim.spec.name
+        problem = self._problem(driver)
+        if problem:
+            self.refused[resource] = (driver, problem)
+            log.error("resource %r is not served through DRA: %s", resource, problem)
+            return
+        entry = self.drivers.get(driver)
+        if entry is None:
+            entry = self.drivers[driver] = DraDriver(driver, self.dra_name(driver))
+        entry.claims[resource] = claim
+        entry.policies = policies
+
+    def _problem(self, driver: str) -> str | None:
+        try:
+            self.dra_name(driver)
+        except ValueError as exc:
+            return str(exc)
+        if not self.config.node_name:
+            return (
+                "DRA names its pool after the node, and no node name is set (nodeName, "
+                "DEVICEHOST_NODE_NAME or NODE_NAME: the pod's spec.nodeName)"
+            )
+        try:
+            pool_name(self.config.node_name)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    def withdraw(self, resource: str) -> None:
+        """``resource`` left its driver's pool (another driver declared it too)."""
+        self.refused.pop(resource, None)
+        for entry in self.drivers.values():
+            entry.claims.pop(resource, None)
+
+    def serve(self, resource: str) -> None:
+        """Serve ``resource``'s driver through DRA (once: its other resources share it)."""
+        for entry in self.drivers.values():
+            if resource in entry.claims and entry.task is None and not self._stopping:
+                entry.task = self._supervised(
+                    f"dra-{entry.driver}", functools.partial(self._run, entry)
+                )
+
+    def _supervised(self, name: str, run: Callable[[], Awaitable[object]]) -> asyncio.Task[None]:
+        return supervision.start(name, run, self.telemetry.task_restarted)
+
+    # -- what readiness and ``devicehost drivers`` read ------------------------------------
+
+    def unserved(self) -> int:
+        """Drivers with DRA resources whose sockets are not open yet (a DRA driver holds
+        three descriptors however many resources it has: two sockets and a checkpoint)."""
+        return sum(1 for e in self.drivers.values() if e.task is None)
+
+    def not_ready(self) -> list[str]:
+        """Why DRA resources are not (yet) served, for /readyz."""
+        reasons = [f"resource {r!r}: {why}" for r, (_, why) in sorted(self.refused.items())]
+        for entry in self.drivers.values():
+            plugin = entry.plugin
+            if plugin is None or not plugin.registration.registered.is_set():
+                reasons.append(f"DRA driver {entry.name} is not registered with the kubelet")
+        return reasons
+
+    def row(self, driver: str) -> dict[str, object] | None:
+        """The DRA part of ``driver``'s row in ``devicehost drivers``, or None."""
+        entry = self.drivers.get(driver)
+        refused = {r: why for r, (d, why) in sorted(self.refused.items()) if d == driver}
+        if entry is None and not refused:
+            return None
+        row: dict[str, object] = {
+            "name": entry.name if entry else "",
+            "resources": sorted(entry.claims) if entry else [],
+            "registered": bool(
+                entry and entry.plugin and entry.plugin.registration.registered.is_set()
+            ),
+        }
+        if refused:
+            row["refused"] = refused
+        return row
+
+    # -- serving ---------------------------------------------------------------------------
+
+    def _pool(self, entry: DraDriver) -> PoolView:
+        claims = dict(entry.claims)
+        return PoolView(
+            pool=pool_name(self.config.node_name),
+            specs={r: c.spec for r, c in claims.items()},
+            snapshots={r: c.state.devices for r, c in claims.items()},
+        )
+
+    async def _run(self, entry: DraDriver) -> None:
+        """Serve one DRA driver until cancelled; its sockets go with it."""
+        directory = driver_dir(self.config.kubelet_dir, entry.name)
+        preparer = Preparer(
+            entry.name,
+            self.claims,
+            lambda: self._pool(entry),
+            self.config.cdi_dir,
+            Checkpoint(directory / CHECKPOINT_FILE),
+            entry.policies,
+        )
+        plugin = DraPlugin(entry.name, preparer, self.config.kubelet_dir)
+        await plugin.start()
+        entry.plugin = plugin
+        entry.serving.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            entry.serving.clear()
+            await plugin.stop(None)
+
+    # -- stop ------------------------------------------------------------------------------
+
+    def cancel(self) -> list[asyncio.Task[None]]:
+        """Stop serving: every DRA driver's task cancelled (sockets removed as they end)."""
+        self._stopping = True
+        tasks = [e.task for e in self.drivers.values() if e.task is not None]
+        for task in tasks:
+            task.cancel()
+        return tasks
