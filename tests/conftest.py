@@ -22,6 +22,7 @@ TESTS = Path(__file__).parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
+from dra_node import api_server, dra_node  # noqa: E402, F401 (fixtures of the DRA tests)
 
 Install = Callable[..., None]
 

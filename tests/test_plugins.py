@@ -224,9 +224,10 @@ def test_the_host_reads_no_package_metadata_with_tracing_off():
 
 
 def test_a_host_with_the_default_config_loads_only_what_it_uses():
-    """A host built with CDI and node labels off, and handed the zygote's listing, loads
-    neither those modules nor the metadata reader, nor tenacity (needed only once a
-    registration or a worker is retried): each would only lengthen every start."""
+    """A host built with CDI, node labels and DRA off, and handed the zygote's listing,
+    loads neither those modules nor the metadata reader, nor tenacity (needed only once a
+    registration or a worker is retried), nor the Kubernetes client: each would only
+    lengthen every start."""
     loaded, _ = modules_after(
         "import asyncio\n"
         "from devicehost.config.host_config import HostConfig\n"
@@ -240,6 +241,8 @@ def test_a_host_with_the_default_config_loads_only_what_it_uses():
     assert not loaded & {
         "devicehost.edits.cdi",
         "devicehost.node.labels",
+        "devicehost.kubelet.dra.face",
+        "lightkube",
         "importlib_metadata",
         "tenacity",
     }

@@ -248,6 +248,8 @@ class Host:
                     STOP_TASKS_SECONDS,
                 )
         await self.face.close()
+        if self.dra is not None:
+            await self.dra.close()
         if self.node_labels and self._serving:
             self.node_labels.close()
         if self.cdi:

@@ -63,12 +63,6 @@ def same_topology(old: Mapping[str, Device], new: Mapping[str, Device]) -> bool:
     return all(old[i].numa_nodes == d.numa_nodes for i, d in new.items() if i in old)
 
 
-def _edited(old: Mapping[str, Device], new: Mapping[str, Device]) -> bool:
-    """True when some device's container edits changed. Allocate and observers need the new
-    snapshot then; the kubelet's list does not carry edits, so streams are not woken."""
-    return any(old[i].edits != d.edits for i, d in new.items() if i in old)
-
-
 class ResourceState:
     """The devices of one resource as last enumerated, and a version streams wait on."""
 
@@ -93,7 +87,10 @@ class ResourceState:
         first = not self.enumerated
         self.enumerated = True
         listed = change or first or not same_topology(self.devices, new)
-        if listed or _edited(self.devices, new):
+        if listed or new != self.devices:
+            # Also when only container edits or attributes changed (a device's nodes
+            # renumbered, a pool member unplugged): Allocate must compose from them and
+            # ResourceSlices describe them, though ListAndWatch has nothing to send.
             self.devices = new
             for observer in self._observers:
                 try:
@@ -102,10 +99,6 @@ class ResourceState:
                     log.exception("resource %r: a snapshot observer failed", self.name)
         if listed:
             self._bump()
-        elif new != self.devices:
-            # Only container edits changed (a device's nodes renumbered, a pool member
-            # unplugged): Allocate must compose from them; ListAndWatch has nothing to send.
-            self.devices = new
         return change
 
     def mark_unhealthy(self) -> Diff:

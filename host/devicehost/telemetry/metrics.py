@@ -296,6 +296,12 @@ class Metrics:
             "Times one of the host's helper processes died while the host ran.",
             ("helper",),
         )
+        self.slice_publish_errors = Counter(
+            self,
+            "devicehost_dra_publish_errors_total",
+            "Failed attempts to publish a DRA driver's ResourceSlices, by DRA driver; retried.",
+            ("driver",),
+        )
         self._series: tuple[Counter | Histogram, ...] = (
             self.allocations,
             self.allocate_duration,
@@ -308,6 +314,7 @@ class Metrics:
             self.spans_dropped,
             self.driver_start_failures,
             self.helper_deaths,
+            self.slice_publish_errors,
         )
 
     def series_of(self, metric: Counter | Histogram, labels: dict[str, str]) -> Series:

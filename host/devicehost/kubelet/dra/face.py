@@ -1,12 +1,15 @@
 """The DRA face of one host: a DRA driver per devicehost driver with resources configured
-``api: dra``, served, registered and stopped as a unit under the host's task supervisor.
+``api: dra``, served, registered, published and stopped as a unit under the host's task
+supervisor.
 
 The host hands it each such resource the driver side claims (``add``) and withdraws
 (``withdraw``), and says when one should be served (``serve``): the resource's driver
-then gets its DRA and registration sockets (``plugin``) and a ``Preparer`` that reads the
-driver's pool as it is at each call, so a resource served later joins the same pool. A
-driver whose DRA name or node cannot be used is not served, with one error line each and
-the reason on /readyz; every other resource is served as usual.
+then gets its DRA and registration sockets (``plugin``), a ``Preparer`` that reads the
+driver's pool as it is at each call (so a resource served later joins the same pool) and
+claims from the API server, and a ``SlicePublisher`` woken by every snapshot change and
+every registration. A driver whose DRA name, node or API client cannot be used is not
+served, with one error line each and the reason on /readyz; every other resource is
+served as usual.
 """
 
 from __future__ import annotations
@@ -16,15 +19,19 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from devicehost.config.host_config import DRA_API, HostConfig
 from devicehost.drivers.ownership import Claim
 from devicehost.edits.compose import PolicyChain
+from devicehost.kubelet.dra.attributes import facts_from_snapshot
 from devicehost.kubelet.dra.checkpoint import Checkpoint
-from devicehost.kubelet.dra.claims import ClaimProblem, ClaimSource
+from devicehost.kubelet.dra.claims import ClaimSource
 from devicehost.kubelet.dra.naming import driver_name, pool_name
 from devicehost.kubelet.dra.plugin import DraPlugin, driver_dir
 from devicehost.kubelet.dra.prepare import PoolView, Preparer
+from devicehost.kubelet.dra.publisher import SliceApi, SlicePublisher
+from devicehost.kubelet.dra.slices import PoolDevice, Unhealthy
 from devicehost.system import supervision
 from devicehost.telemetry.facade import Telemetry
 
@@ -33,14 +40,10 @@ log = logging.getLogger(__name__)
 CHECKPOINT_FILE = "checkpoint.json"
 
 
-class NoClaimSource:
-    """Claims when no API server client is configured: every read fails, saying why."""
+class ApiClient(SliceApi, ClaimSource, Protocol):
+    """The API server, as publishing and prepare use it (``api.LightkubeApi``)."""
 
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-    async def get(self, namespace: str, name: str) -> dict[str, object]:
-        raise ClaimProblem(f"claim {namespace}/{name} cannot be read: {self.reason}")
+    async def close(self) -> None: ...
 
 
 @dataclass
@@ -52,9 +55,13 @@ class DraDriver:
     claims: dict[str, Claim] = field(default_factory=dict)
     policies: PolicyChain | None = None
     plugin: DraPlugin | None = None
+    publisher: SlicePublisher | None = None
     task: asyncio.Task[None] | None = None
-    #: Set once its sockets serve (the plugin watcher may register it from then on).
-    serving: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def changed(self, _devices: object = None) -> None:
+        """A snapshot of one of its resources was replaced: publish the pool again."""
+        if self.publisher is not None:
+            self.publisher.changed()
 
 
 class DraFace:
@@ -66,8 +73,10 @@ class DraFace:
         self.drivers: dict[str, DraDriver] = {}
         #: Resources refused by this face: name → (its driver, why), shown on /readyz.
         self.refused: dict[str, tuple[str, str]] = {}
-        #: Where claims are read; the API server's client is set by the host.
-        self.claims: ClaimSource = NoClaimSource("no Kubernetes API client is configured")
+        #: The API server's client, made at the first DRA driver's start (lightkube is
+        #: imported then, off the event loop); a test may set its own before.
+        self.api: ApiClient | None = None
+        self._api_lock = asyncio.Lock()
         self._stopping = False
 
     def covers(self, resource: str) -> bool:
@@ -95,6 +104,8 @@ class DraFace:
             entry = self.drivers[driver] = DraDriver(driver, self.dra_name(driver))
         entry.claims[resource] = claim
         entry.policies = policies
+        claim.state.subscribe(entry.changed)
+        entry.changed()
 
     def _problem(self, driver: str) -> str | None:
         try:
@@ -116,7 +127,8 @@ class DraFace:
         """``resource`` left its driver's pool (another driver declared it too)."""
         self.refused.pop(resource, None)
         for entry in self.drivers.values():
-            entry.claims.pop(resource, None)
+            if entry.claims.pop(resource, None) is not None:
+                entry.changed()
 
     def serve(self, resource: str) -> None:
         """Serve ``resource``'s driver through DRA (once: its other resources share it)."""
@@ -151,6 +163,7 @@ class DraFace:
         refused = {r: why for r, (d, why) in sorted(self.refused.items()) if d == driver}
         if entry is None and not refused:
             return None
+        publisher = entry.publisher if entry else None
         row: dict[str, object] = {
             "name": entry.name if entry else "",
             "resources": sorted(entry.claims) if entry else [],
@@ -158,6 +171,10 @@ class DraFace:
                 entry and entry.plugin and entry.plugin.registration.registered.is_set()
             ),
         }
+        if publisher is not None and publisher.published is not None:
+            row["generation"] = publisher.published.generation
+        if publisher is not None and publisher.last_error:
+            row["publishError"] = publisher.last_error
         if refused:
             row["refused"] = refused
         return row
@@ -172,25 +189,58 @@ class DraFace:
             snapshots={r: c.state.devices for r, c in claims.items()},
         )
 
+    def _entries(self, entry: DraDriver) -> list[PoolDevice]:
+        return [
+            PoolDevice(resource=resource, device=device, facts=facts_from_snapshot(device))
+            for resource, claim in list(entry.claims.items())
+            for device in claim.state.devices.values()
+        ]
+
+    async def _client(self) -> ApiClient:
+        """The one API client of this host (``MissingClient`` when it cannot be made)."""
+        async with self._api_lock:
+            if self.api is None:
+                from devicehost.kubelet.dra.api import LightkubeApi
+
+                # lightkube's import costs ~0.5 s of CPU: never on the event loop.
+                self.api = await asyncio.to_thread(LightkubeApi, self.config.kubeconfig)
+            return self.api
+
     async def _run(self, entry: DraDriver) -> None:
-        """Serve one DRA driver until cancelled; its sockets go with it."""
+        """Serve and publish one DRA driver until cancelled; its sockets go with it."""
+        from devicehost.kubelet.dra.api import MissingClient
+
+        try:
+            api = await self._client()
+        except MissingClient as exc:
+            for resource in entry.claims:
+                self.refused[resource] = (entry.driver, str(exc))
+            log.error("DRA driver %s is not served: %s", entry.name, exc)
+            return
+        publisher = SlicePublisher(
+            api,
+            entry.name,
+            self.config.node_name,
+            lambda: self._entries(entry),
+            Unhealthy(self.config.dra_unhealthy),
+            lambda name: self.telemetry.metrics.slice_publish_errors.inc(driver=name),
+        )
         directory = driver_dir(self.config.kubelet_dir, entry.name)
         preparer = Preparer(
             entry.name,
-            self.claims,
+            api,
             lambda: self._pool(entry),
             self.config.cdi_dir,
             Checkpoint(directory / CHECKPOINT_FILE),
             entry.policies,
         )
-        plugin = DraPlugin(entry.name, preparer, self.config.kubelet_dir)
+        plugin = DraPlugin(entry.name, preparer, self.config.kubelet_dir, publisher.republish)
         await plugin.start()
-        entry.plugin = plugin
-        entry.serving.set()
+        entry.plugin, entry.publisher = plugin, publisher
         try:
-            await asyncio.Event().wait()
+            await publisher.run()
         finally:
-            entry.serving.clear()
+            entry.publisher = None
             await plugin.stop(None)
 
     # -- stop ------------------------------------------------------------------------------
@@ -202,3 +252,8 @@ class DraFace:
         for task in tasks:
             task.cancel()
         return tasks
+
+    async def close(self) -> None:
+        """Close the API client (after ``cancel``'s tasks ended)."""
+        if self.api is not None:
+            await self.api.close()

@@ -62,11 +62,17 @@ async def _serve(path: Path, add: list[Callable[[grpc.aio.Server], None]]) -> gr
 class DraPlugin:
     """Serves one DRA driver to the kubelet until ``stop``."""
 
-    def __init__(self, driver: str, preparer: Preparer, kubelet_dir: Path) -> None:
+    def __init__(
+        self,
+        driver: str,
+        preparer: Preparer,
+        kubelet_dir: Path,
+        on_registered: Callable[[], None] | None = None,
+    ) -> None:
         self.driver = driver
         self.dra_socket = driver_dir(kubelet_dir, driver) / "dra.sock"
         self.registration_socket = registration_socket(kubelet_dir, driver)
-        self.registration = RegistrationServicer(driver, str(self.dra_socket))
+        self.registration = RegistrationServicer(driver, str(self.dra_socket), on_registered)
         self.preparer = preparer
         self._servers: list[tuple[Path, grpc.aio.Server]] = []
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -30,9 +31,14 @@ Context = grpc.aio.ServicerContext[Any, Any]
 class RegistrationServicer(pb_grpc.RegistrationServicer):
     """Answers the plugin watcher for one DRA driver and remembers what it was told."""
 
-    def __init__(self, driver: str, endpoint: str) -> None:
+    def __init__(
+        self, driver: str, endpoint: str, on_registered: Callable[[], None] | None = None
+    ) -> None:
+        """``on_registered``: called at each registration the kubelet reports (a kubelet
+        that restarted, or unregistered the driver a while, registers it again)."""
         self.driver = driver
         self.endpoint = endpoint
+        self.on_registered = on_registered
         self.registered = asyncio.Event()
         self.last_status: pb.RegistrationStatus | None = None
 
@@ -51,6 +57,8 @@ class RegistrationServicer(pb_grpc.RegistrationServicer):
         if request.plugin_registered:
             log.info("DRA driver %s: registered with the kubelet", self.driver)
             self.registered.set()
+            if self.on_registered is not None:
+                self.on_registered()
         else:
             self.registered.clear()
             log.error("DRA driver %s: the kubelet refused it: %s", self.driver, request.error)
