@@ -61,6 +61,7 @@ def main() -> None:
         "cold_start": lambda ws: benchmarks.cold_start(ws, int(n["cold_runs"])),
         "kubelet_restart": lambda ws: benchmarks.kubelet_restart(ws, int(n["restarts"])),
         "health_change": lambda ws: benchmarks.health_change(ws, int(n["flips"])),
+        "slice_publish": lambda ws: benchmarks.slice_publish(ws, int(n["flips"])),
         "scale_4096": lambda ws: benchmarks.scale(ws, 4096, int(n["scale_calls"])),
         "memory": lambda ws: benchmarks.memory(ws, int(n["allocations"])),
         "idle_cpu": lambda ws: benchmarks.idle_cpu(ws, n["idle_seconds"]),

@@ -70,15 +70,15 @@ devicehost_image() {
   root="$work/devicehost-root"; mkdir -p "$root" "$wheels"
   tar -C "$root" -xf "$base"
   # The Dockerfile's build stage: the locked third-party wheels, hash-checked, binary only,
-  # and the project's own wheels (the host and every bundled driver).
-  (cd "$repo" && "$UV" export --frozen --no-dev --all-packages --no-emit-workspace --quiet --output-file "$work/locked.txt")
+  # and the project's own wheels (the host with its DRA extra, and every bundled driver).
+  (cd "$repo" && "$UV" export --frozen --no-dev --all-packages --no-emit-workspace --extra dra --quiet --output-file "$work/locked.txt")
   "$repo/.tools/bin/pip" download --quiet --no-deps --only-binary=:all: --require-hashes \
     --python-version 3.11 --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
     --platform manylinux_2_17_x86_64 --platform linux_x86_64 --requirement "$work/locked.txt" --dest "$wheels"
   local projects=(devicehost devicehost-nvidia devicehost-ascend devicehost-rdma)
   for p in "${projects[@]}"; do
     (cd "$repo" && "$UV" build --quiet --wheel --package "$p" --out-dir "$wheels") 2>/dev/null
-    echo "$p" >> "$wheels/install.txt"
+    if [[ $p == devicehost ]]; then echo "devicehost[dra]"; else echo "$p"; fi >> "$wheels/install.txt"
   done
   # The final stage: one venv made by the image's own Python, filled from those wheels only.
   mkdir -p "$root/wheels" && mount --bind "$wheels" "$root/wheels"

@@ -20,6 +20,7 @@ Tests skip, saying why, only where ``kubectl`` or ``hadolint`` cannot be found.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import itertools
 import json
@@ -65,6 +66,7 @@ DOCUMENTED_OVERLAYS = {
     "jaeger",
     "cdi",
     "nvidia",
+    "nvidia-dra",
     "ascend",
     "rdma",
     "fleet",
@@ -135,6 +137,11 @@ KUBERNETES_VERSIONS = ("1.31", kubernetes_validate.latest_version())
 
 #: Kinds that are not Kubernetes' own (the Prometheus operator's PodMonitor): no schema.
 CUSTOM_KINDS = {"PodMonitor"}
+#: Kinds without a namespace (components/dra's RBAC and DeviceClasses).
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "DeviceClass"}
+#: DRA's objects (components/dra) exist from Kubernetes 1.34, when resource.k8s.io/v1 went
+#: GA: checked on the newest version only.
+SINCE = {"resource.k8s.io/v1": "1.34"}
 
 #: Component → the driver whose host paths it mounts.
 DRIVER_COMPONENTS = {"nvidia": "nvidia", "rdma": "rdma", "ascend": "ascend"}
@@ -326,7 +333,10 @@ def test_every_object_matches_the_kubernetes_schemas(name: str) -> None:
     for obj in rendered(name):
         if obj["kind"] in CUSTOM_KINDS:
             continue
+        since = tuple(map(int, SINCE.get(obj["apiVersion"], "0.0").split(".")))
         for version in KUBERNETES_VERSIONS:
+            if tuple(map(int, version.split(".")[:2])) < since:
+                continue
             try:
                 kubernetes_validate.validate(obj, version, strict=True)
             except kubernetes_validate.ValidationError as exc:
@@ -345,7 +355,7 @@ def test_everything_lands_in_the_devicehost_namespace(name: str) -> None:
     elsewhere = [
         f"{o['kind']}/{o['metadata']['name']}"
         for o in objects
-        if o["kind"] != "Namespace" and o["metadata"].get("namespace") != "devicehost"
+        if o["kind"] not in CLUSTER_SCOPED and o["metadata"].get("namespace") != "devicehost"
     ]
     assert not elsewhere
 
@@ -469,7 +479,12 @@ def expected_paths(name: str) -> list[Declared]:
     and its drivers' declarations."""
     drivers = [d for c, d in DRIVER_COMPONENTS.items() if uses(name, c)]
     declarations = _driver_declarations()
-    own = host_own_paths(pod_config(name))
+    config = pod_config(name)
+    if uses(name, "dra") and not any(config.api_of(r) == "dra" for r in config.resources):
+        # components/dra alone on the base: it is meant for a config that serves some
+        # resource through DRA (overlays/nvidia-dra), as the host's paths then are.
+        config = dataclasses.replace(config, resources={"example.com/any": {"api": "dra"}})
+    own = host_own_paths(config)
     return own + [item for d in drivers for item in declarations.get(d, ())]
 
 
@@ -570,11 +585,33 @@ def test_the_host_root_is_never_mounted(name: str) -> None:
 
 @every_kustomization
 def test_daemonset_runs_as_root_without_a_service_account_token(name: str) -> None:
-    """runAsUser is 0 (the kubelet's socket directory is root's) and no API token is mounted."""
+    """runAsUser is 0 (the kubelet's socket directory is root's) and no API token is mounted,
+    but with components/dra: the DRA face publishes ResourceSlices and reads claims."""
     pod = daemonset(name)["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsUser"] == 0
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert pod["automountServiceAccountToken"] is False
+    assert pod["automountServiceAccountToken"] is uses(name, "dra")
+
+
+@every_kustomization
+def test_the_api_token_may_do_only_what_the_dra_face_calls(name: str) -> None:
+    """Only components/dra binds a role, and it allows exactly the DRA face's calls."""
+    roles = [o for o in rendered(name) if o["kind"] in ("Role", "ClusterRole")]
+    if not uses(name, "dra"):
+        assert not roles
+        return
+    (role,) = roles
+    allowed = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    slices = {("resource.k8s.io", "resourceslices", v) for v in ("get", "list", "create")}
+    slices |= {("resource.k8s.io", "resourceslices", v) for v in ("patch", "delete")}
+    claims = {("resource.k8s.io", "resourceclaims", "get")}
+    assert allowed == slices | claims | {("", "nodes", "get")}
 
 
 # -- scheduling, rollout, probes, resources -----------------------------------------------
@@ -802,7 +839,8 @@ def test_a_bad_driver_section_is_refused(tmp_path: Path) -> None:
 @every_applied
 def test_overlays_change_only_the_driver_sections(name: str, tmp_path: Path) -> None:
     """An overlay's HostConfig, read without env, equals the base's in everything but
-    ``drivers`` and ``profiles``, so replacing the ConfigMap never drifts from the base."""
+    ``drivers``, ``profiles`` and ``resources``, so replacing the ConfigMap never drifts
+    from the base."""
 
     def effective(which: str) -> dict[str, Any]:
         path = tmp_path / f"{which}.yaml"
@@ -810,6 +848,7 @@ def test_overlays_change_only_the_driver_sections(name: str, tmp_path: Path) -> 
         doc = load_config(path, env={}).to_document()
         doc.pop("drivers")
         doc.pop("profiles")
+        doc.pop("resources")
         return doc
 
     assert effective(name) == effective("base")
@@ -989,7 +1028,7 @@ def test_only_the_cdi_component_turns_cdi_on_and_mounts_its_directory_writable(
     """With components/cdi the HostConfig the pod reads has cdi.enabled, and cdi.dir is the
     host's /var/run/cdi mounted writable at that same path (the host writes its
     k8s.devicehost.io specs where the runtime reads them). Without it CDI is off and no
-    CDI directory is writable."""
+    CDI directory is writable, but with components/dra (a claim's CDI spec)."""
     config = pod_config(name)
     assert config.cdi_enabled == uses(name, "cdi")
     writable_cdi = [
@@ -997,7 +1036,7 @@ def test_only_the_cdi_component_turns_cdi_on_and_mounts_its_directory_writable(
         for host, target, read_only in host_mounts(name)
         if not read_only and host in ("/var/run/cdi", "/etc/cdi")
     ]
-    if uses(name, "cdi"):
+    if uses(name, "cdi") or uses(name, "dra"):
         assert writable_cdi == [("/var/run/cdi", str(config.cdi_dir))]
     else:
         assert not writable_cdi

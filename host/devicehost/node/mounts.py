@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from devicehost.config.host_config import DRA_API
 from devicehost.drivers.discovery import DRIVER_GROUP, DriverInfo
 from devicehost.drivers.process import WorkerExited, WorkerProcess
 from devicehost.drivers.validation import Invalid, host_paths_from_plain
@@ -135,14 +136,29 @@ def host_own_paths(config: HostConfig) -> list[Declared]:
                 host_path_type="DirectoryOrCreate",
             )
         )
+    dra = any(config.api_of(name) == DRA_API for name in config.resources)
+    if dra:
+        for part, why in (
+            ("plugins", "DRA drivers' sockets and prepared-claim checkpoints"),
+            ("plugins_registry", "DRA drivers' registration sockets, for the plugin watcher"),
+        ):
+            own.append(
+                Declared(
+                    HOST,
+                    str(config.kubelet_dir / part),
+                    f"the kubelet's {part}/: {why}",
+                    writable=True,
+                    host_path_type="DirectoryOrCreate",
+                )
+            )
     # The CDI directory the host writes its k8s.devicehost.io specs to, only when CDI is
-    # on (cdi.dir has a default even when it is off).
-    if config.cdi_enabled:
+    # on (cdi.dir has a default even when it is off) or a claim may be prepared (DRA).
+    if config.cdi_enabled or dra:
         own.append(
             Declared(
                 HOST,
                 str(config.cdi_dir),
-                "CDI specs the host writes (vendor k8s.devicehost.io)",
+                "CDI specs the host writes (vendor k8s.devicehost.io), per resource or claim",
                 writable=True,
                 host_path_type="DirectoryOrCreate",
             )

@@ -1,0 +1,199 @@
+"""DRA on the real cluster: the DGX node's GPUs and exclusive HCAs served through DRA
+(e2e/manifests-dra, as docs/operating.md tells an operator), published as ResourceSlices,
+allocated by the real scheduler to a claim with a CEL selector, prepared by devicehost and
+applied by containerd from the claim's CDI spec.
+
+The module switches the install to DRA, runs its scenarios, and switches it back (the
+scenarios of later files use the device plugins).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness.cluster import Cluster, wait_for
+from harness.pods import create_pod, device_resources, environment, exec_in, wait_running
+from test_health import SET_LINK
+
+from conftest import E2E, OVERLAY, devicehost_pods, wait_devicehost_ready
+
+# DEVICEHOST_E2E_DRA_OVERLAY installs another one instead: how each scenario was seen
+# failing against a deliberately broken manifest (docs/e2e.md).
+DRA_OVERLAY = Path(os.environ.get("DEVICEHOST_E2E_DRA_OVERLAY") or E2E / "manifests-dra")
+GPU_DRIVER = "nvidia.devicehost.io"
+HCA_DRIVER = "rdma.devicehost.io"
+#: What components/dra adds beyond the tier's install, removed again after the module.
+DRA_OBJECTS = (
+    "clusterrolebinding/devicehost-dra",
+    "clusterrole/devicehost-dra",
+    f"deviceclass/{GPU_DRIVER}",
+    "deviceclass/ascend.devicehost.io",
+    f"deviceclass/{HCA_DRIVER}",
+)
+MEMORY_SELECTOR = f'device.capacity["{GPU_DRIVER}"].memory.compareTo(quantity("64Gi")) >= 0'
+
+
+def rollout(cluster: Cluster, overlay: Path) -> None:
+    cluster.kubectl("apply", "-k", str(overlay))
+    cluster.kubectl(
+        "-n", "devicehost", "rollout", "status", "daemonset/devicehost", "--timeout=300s"
+    )
+    wait_devicehost_ready(cluster, [n.name for n in cluster.nodes])
+
+
+def slices(cluster: Cluster, driver: str) -> list[dict]:
+    selector = f"spec.nodeName=dgx,spec.driver={driver}"
+    items: list[dict] = cluster.get("resourceslices", "--field-selector", selector)["items"]
+    return items
+
+
+def devices(cluster: Cluster, driver: str) -> list[dict]:
+    return [d for s in slices(cluster, driver) for d in s["spec"].get("devices", [])]
+
+
+@pytest.fixture(scope="module")
+def dra(installed: Cluster) -> Iterator[Cluster]:
+    rollout(installed, DRA_OVERLAY)
+    wait_for(lambda: len(devices(installed, GPU_DRIVER)) == 8, 60, "8 GPUs in ResourceSlices")
+    # Kept with the run's logs: docs/dra.md shows it.
+    selector = f"spec.nodeName=dgx,spec.driver={GPU_DRIVER}"
+    published = installed.kubectl(
+        "get", "resourceslices", "--field-selector", selector, "-o", "yaml"
+    )
+    (installed.logs / "resourceslices-dgx-nvidia.yaml").write_text(published.stdout)
+    yield installed
+    rollout(installed, OVERLAY)
+    installed.kubectl("delete", "--ignore-not-found", *DRA_OBJECTS)
+    wait_for(
+        lambda: device_resources(installed, "dgx").get("nvidia.com/gpu") == "8",
+        120,
+        "nvidia.com/gpu: 8 again through the device plugin",
+    )
+
+
+def claim_template(name: str, count: int) -> dict:
+    request = {
+        "name": "gpus",
+        "exactly": {
+            "deviceClassName": GPU_DRIVER,
+            "allocationMode": "ExactCount",
+            "count": count,
+            "selectors": [{"cel": {"expression": MEMORY_SELECTOR}}],
+        },
+    }
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": {"requests": [request]}}},
+    }
+
+
+def claim_pod(name: str, template: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
+            "containers": [
+                {
+                    "name": "work",
+                    "image": "docker.io/library/busybox:e2e",
+                    "imagePullPolicy": "Never",
+                    "command": ["/bin/sh", "-c", "sleep 3600"],
+                    "resources": {"claims": [{"name": "gpus"}]},
+                }
+            ],
+        },
+    }
+
+
+def claim_specs(cluster: Cluster) -> list[str]:
+    """The per-claim CDI specs of the GPU driver on the DGX node."""
+    listing = cluster.in_node("dgx", ["ls", "-A", "/var/run/cdi"]).split()
+    return [f for f in listing if f.startswith(f"k8s.devicehost.io-dra.{GPU_DRIVER}_")]
+
+
+@pytest.mark.nodes("dgx")
+def test_resourceslices_list_the_dgx_gpus_with_their_attributes(dra: Cluster) -> None:
+    """8 GPUs in the nvidia.devicehost.io pool of node dgx, each with its product, PCI bus
+    ID, NUMA node and memory; and nvidia.com/gpu is no longer a device plugin's."""
+    gpus = devices(dra, GPU_DRIVER)
+    assert len(gpus) == 8
+    for gpu in gpus:
+        attributes = gpu["attributes"]
+        assert attributes["productName"]["string"].startswith("NVIDIA H100"), gpu
+        assert "resource.kubernetes.io/pciBusID" in attributes, gpu
+        assert "resource.kubernetes.io/numaNode" in attributes, gpu
+        assert int(gpu["capacity"]["memory"]["value"]) >= 64 * 2**30, gpu
+    (owner,) = slices(dra, GPU_DRIVER)[0]["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("Node", "dgx")
+    assert "nvidia.com/gpu" not in device_resources(dra, "dgx")
+
+
+@pytest.mark.nodes("dgx")
+def test_a_claim_for_two_gpus_by_memory_runs_with_their_environment(dra: Cluster, ns: str) -> None:
+    """A ResourceClaimTemplate asking for 2 GPUs of at least 64 GiB: the scheduler allocates
+    two, devicehost prepares the claim, containerd applies its CDI spec: the container has
+    NVIDIA_VISIBLE_DEVICES with both GPUs and one marker per allocated device."""
+    dra.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(claim_template("two", 2)))
+    create_pod(dra, ns, claim_pod("gpus", "two"))
+    wait_running(dra, ns, "gpus")
+    env = environment(dra, ns, "gpus")
+    visible = env["NVIDIA_VISIBLE_DEVICES"].split(",")
+    assert len(set(visible)) == 2 and all(v.startswith("GPU-") for v in visible), visible
+    markers = [v for k, v in env.items() if k.startswith("DEVICEHOST_DRA_")]
+    assert len(markers) == 2 and all(
+        m.startswith(f"k8s.devicehost.io/dra.{GPU_DRIVER}=") for m in markers
+    )
+    (claim,) = dra.get("-n", ns, "resourceclaims")["items"]
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert {r["driver"] for r in results} == {GPU_DRIVER} and len(results) == 2
+    assert claim_specs(dra) == [
+        f"k8s.devicehost.io-dra.{GPU_DRIVER}_{claim['metadata']['uid']}.json"
+    ]
+
+
+@pytest.mark.nodes("dgx")
+def test_deleting_the_pod_unprepares_the_claim_and_removes_its_spec(dra: Cluster, ns: str) -> None:
+    dra.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(claim_template("one", 1)))
+    create_pod(dra, ns, claim_pod("gpu", "one"))
+    wait_running(dra, ns, "gpu")
+    assert len(claim_specs(dra)) == 1
+    dra.kubectl("-n", ns, "delete", "pod", "gpu", "--wait=true", "--timeout=60s")
+    wait_for(lambda: claim_specs(dra) == [], 60, "the claim's CDI spec removed")
+
+
+@pytest.mark.nodes("dgx")
+def test_an_unhealthy_hca_leaves_its_slice_and_comes_back(dra: Cluster) -> None:
+    """The link of exclusive HCA mlx5_0 goes down: it leaves the rdma.devicehost.io slice
+    (a new pool generation); the link comes back: so does the device."""
+    pod = devicehost_pods(dra)["dgx"]["metadata"]["name"]
+    before = devices(dra, HCA_DRIVER)
+    generation = slices(dra, HCA_DRIVER)[0]["spec"]["pool"]["generation"]
+    exec_in(dra, "devicehost", pod, SET_LINK.format(up=False))
+    try:
+        wait_for(lambda: len(devices(dra, HCA_DRIVER)) == len(before) - 1, 60, "one HCA fewer")
+        assert slices(dra, HCA_DRIVER)[0]["spec"]["pool"]["generation"] > generation
+    finally:
+        exec_in(dra, "devicehost", pod, SET_LINK.format(up=True))
+    wait_for(lambda: len(devices(dra, HCA_DRIVER)) == len(before), 60, "the HCA back")
+
+
+@pytest.mark.nodes("dgx")
+def test_devicehost_drivers_in_the_pod_shows_the_registered_dra_driver(dra: Cluster) -> None:
+    pod = devicehost_pods(dra)["dgx"]["metadata"]["name"]
+    rows = json.loads(exec_in(dra, "devicehost", pod, "devicehost drivers --json"))
+    nvidia = next(r for r in rows if r["name"] == "nvidia")
+    assert nvidia["dra"]["name"] == GPU_DRIVER
+    assert nvidia["dra"]["registered"] is True
+    assert nvidia["dra"]["resources"] == ["nvidia.com/gpu"]
