@@ -41,8 +41,11 @@ class DraNode:
         self.kubelet_dir = kubelet_dir
         self.cdi_dir = cdi_dir
 
-    def add_claim(self, name: str, uid: str, devices: list[str]) -> None:
-        """An allocated ResourceClaim on the API server, its devices from this pool."""
+    def add_claim(
+        self, name: str, uid: str, devices: list[str], pod: tuple[str, str] | None = None
+    ) -> None:
+        """An allocated ResourceClaim on the API server, its devices from this pool, reserved
+        for ``pod`` (name, UID) when given."""
         results = [
             {"request": "gpus", "driver": DRIVER, "pool": NODE, "device": d} for d in devices
         ]
@@ -53,15 +56,19 @@ class DraNode:
             "spec": {"devices": {"requests": []}},
             "status": {"allocation": {"devices": {"results": results}}},
         }
+        if pod is not None:
+            reserved = [{"resource": "pods", "name": pod[0], "uid": pod[1]}]
+            self.api.claims["default", name]["status"]["reservedFor"] = reserved
 
     @property
     def registration_socket(self) -> Path:
         return self.kubelet_dir / "plugins_registry" / f"{DRIVER}-reg.sock"
 
-    def call(self, socket: Path, stub: Any, method: str, request: Any) -> Any:
+    def call(self, socket: Path, stub: Any, method: str, request: Any, metadata: Any = ()) -> Any:
         async def ask() -> Any:
             async with grpc.aio.insecure_channel(f"unix:{socket}") as channel:
-                return await getattr(stub(channel), method)(request, timeout=10)
+                call = getattr(stub(channel), method)
+                return await call(request, timeout=10, metadata=metadata or None)
 
         return asyncio.run(ask())
 
@@ -78,12 +85,16 @@ class DraNode:
         )
         return info
 
-    def prepare(self, name: str, uid: str) -> dra.NodePrepareResourcesResponse:
+    def prepare(
+        self, name: str, uid: str, metadata: tuple[tuple[str, str], ...] = ()
+    ) -> dra.NodePrepareResourcesResponse:
         endpoint = Path(self.register().endpoint)
         request = dra.NodePrepareResourcesRequest(
             claims=[dra.Claim(namespace="default", name=name, uid=uid)]
         )
-        return self.call(endpoint, dra_grpc.DRAPluginStub, "NodePrepareResources", request)
+        return self.call(
+            endpoint, dra_grpc.DRAPluginStub, "NodePrepareResources", request, metadata
+        )
 
 
 @pytest.fixture
@@ -98,8 +109,8 @@ def dra_node(install, host_config, kubelet, plugin_dir, api_server):
     """``dra_node(**overrides)``: a started host, DRA for ``DRA_RESOURCE``."""
     started: list[HostThread] = []
 
-    def start(**overrides: Any) -> DraNode:
-        install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    def start(target: str = SCRIPTED, **overrides: Any) -> DraNode:
+        install("devicehost-alpha", drivers={"alpha": target})
         kubelet_dir, cdi_dir = plugin_dir / "k", plugin_dir / "cdi"
         cdi_dir.mkdir()
         settings = {

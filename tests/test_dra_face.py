@@ -15,7 +15,9 @@ import json
 from dra_node import DRA_RESOURCE, DRIVER, NODE, PLUGIN_RESOURCE, UID
 
 from devicehost.kubelet.dra.naming import device_name
-from support import eventually
+from devicehost.testing import OtlpReceiver
+from devicehost.testing.otlp import attributes
+from support import eventually, scripted
 
 
 def test_a_dra_resource_gets_a_registration_socket_naming_its_dra_socket(dra_node):
@@ -104,3 +106,62 @@ def test_a_claim_the_api_server_does_not_have_fails_with_its_name(dra_node):
     eventually(node.registration_socket.exists)
     answer = node.prepare("gone", UID)
     assert answer.claims[UID].error == "claim default/gone does not exist"
+
+
+PRE_START = "testdrivers.scripted:ScriptedWithPreStart"
+POD_UID = "5c0c8d9e-1f7e-4b9a-8a53-1e2f3a4b5c6d"
+
+
+def test_prepare_calls_allocate_then_pre_start_and_keeps_allocate_s_edits(dra_node):
+    """As for a device plugin: the driver's allocate hook, then its pre_start, and the
+    allocate answer's edits are in the claim's CDI spec."""
+    node = dra_node(PRE_START)
+    eventually(node.registration_socket.exists)
+    node.add_claim("gpus", UID, [device_name(DRA_RESOURCE, "dev-1")])
+    assert node.prepare("gpus", UID).claims[UID].error == ""
+    calls = [(h, k) for h, k in scripted(node.thread, DRA_RESOURCE).calls if k.get("device_ids")]
+    assert calls == [
+        ("devicehost_allocate", {"resource": DRA_RESOURCE, "device_ids": ["dev-1"]}),
+        ("devicehost_pre_start", {"resource": DRA_RESOURCE, "device_ids": ["dev-1"]}),
+    ]
+    (spec,) = [json.loads(p.read_text()) for p in node.cdi_dir.glob("*.json")]
+    assert "SCRIPTED_DEVICES=dev-1" in spec["containerEdits"]["env"]
+    assert {"hostPath": "/dev/scripted/dev-1", "path": "/dev/scripted/dev-1"} in [
+        {k: d[k] for k in ("hostPath", "path") if k in d}
+        for d in spec["containerEdits"]["deviceNodes"]
+    ]
+
+
+def test_a_failing_allocate_hook_fails_the_claim_naming_driver_and_resource(dra_node):
+    node = dra_node()
+    eventually(node.registration_socket.exists)
+    scripted(node.thread, DRA_RESOURCE).misbehave(raising=["devicehost_allocate"])
+    node.add_claim("gpus", UID, [device_name(DRA_RESOURCE, "dev-1")])
+    error = node.prepare("gpus", UID).claims[UID].error
+    assert error.startswith(f"driver 'alpha', resource {DRA_RESOURCE!r}: ")
+    assert "scripted failure" in error
+    assert list(node.cdi_dir.glob("*.json")) == []
+
+
+def test_the_prepare_span_carries_the_claim_its_devices_and_its_pod(dra_node):
+    """A child of the kubelet's span (its traceparent), with the keys the kubelet's own
+    spans carry for the pod, and the driver's allocate hook as its child."""
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    with OtlpReceiver() as receiver:
+        node = dra_node(tracing={"otlpEndpoint": receiver.endpoint})
+        eventually(node.registration_socket.exists)
+        device = device_name(DRA_RESOURCE, "dev-1")
+        node.add_claim("gpus", UID, [device], pod=("trainer-0", POD_UID))
+        parent = (("traceparent", f"00-{trace_id}-00f067aa0ba902b7-01"),)
+        assert node.prepare("gpus", UID, parent).claims[UID].error == ""
+        span = receiver.wait_for_span("v1.DRAPlugin/NodePrepareResources", timeout=60)
+        hook = receiver.wait_for_span("devicehost_allocate", timeout=60)
+    got = attributes(span)
+    assert span.trace_id.hex() == trace_id
+    assert got["k8s.pod.uid"] == POD_UID and got["k8s.pod.name"] == "trainer-0"
+    assert got["k8s.namespace.name"] == "default"
+    assert got["devicehost.dra.claim.uid"] == UID
+    assert got["devicehost.dra.claim.name"] == "gpus"
+    assert got["devicehost.dra.driver.name"] == DRIVER
+    assert got["devicehost.dra.devices"] == [device]
+    assert hook.parent_span_id == span.span_id

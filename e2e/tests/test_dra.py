@@ -18,6 +18,7 @@ import pytest
 from harness.cluster import Cluster, wait_for
 from harness.pods import create_pod, device_resources, environment, exec_in, wait_running
 from test_health import SET_LINK
+from test_traces import span_names, traces
 
 from conftest import E2E, OVERLAY, devicehost_pods, wait_devicehost_ready
 
@@ -68,6 +69,13 @@ def dra(installed: Cluster) -> Iterator[Cluster]:
     yield installed
     rollout(installed, OVERLAY)
     installed.kubectl("delete", "--ignore-not-found", *DRA_OBJECTS)
+    # Unregistered DRA drivers' slices are the kubelet's to delete, after its delay: what
+    # an operator who switches back, or uninstalls, sees (docs/dra.md).
+    wait_for(
+        lambda: not (slices(installed, GPU_DRIVER) or slices(installed, HCA_DRIVER)),
+        180,
+        "the kubelet deleted the DRA drivers' ResourceSlices",
+    )
     wait_for(
         lambda: device_resources(installed, "dgx").get("nvidia.com/gpu") == "8",
         120,
@@ -161,6 +169,22 @@ def test_a_claim_for_two_gpus_by_memory_runs_with_their_environment(dra: Cluster
     assert claim_specs(dra) == [
         f"k8s.devicehost.io-dra.{GPU_DRIVER}_{claim['metadata']['uid']}.json"
     ]
+
+
+@pytest.mark.nodes("dgx")
+def test_jaeger_finds_the_prepare_span_by_the_pod_uid_beside_the_kubelet_s(
+    dra: Cluster, ns: str
+) -> None:
+    """devicehost's NodePrepareResources span carries the UID of the pod its claim is
+    reserved for: one Jaeger search by that UID finds it and the kubelet's syncPod."""
+    dra.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(claim_template("one", 1)))
+    create_pod(dra, ns, claim_pod("traced", "one"))
+    uid = str(wait_running(dra, ns, "traced")["metadata"]["uid"])
+    tags = {"k8s.pod.uid": uid}
+    found = wait_for(lambda: traces(dra, "devicehost", tags), 60, "devicehost's spans")
+    assert "v1.DRAPlugin/NodePrepareResources" in span_names(found), span_names(found)
+    kubelet = wait_for(lambda: traces(dra, "kubelet", tags), 90, "the kubelet's spans")
+    assert "syncPod" in span_names(kubelet), span_names(kubelet)
 
 
 @pytest.mark.nodes("dgx")

@@ -154,7 +154,8 @@ class Host:
     def _claimed(self, claim: Claim) -> None:
         driver = claim.driver.name
         if self.dra is not None and self.dra.covers(claim.spec.name):
-            self.dra.add(claim, self.running.policies)  # never also a device plugin
+            # Never also a device plugin.
+            self.dra.add(claim, self.running.policies, self.running.simulated_root(driver))
             return
         cdi = self.cdi if self.cdi and self.cdi.covers(driver) else None
         if cdi:

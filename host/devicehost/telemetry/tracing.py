@@ -88,6 +88,14 @@ CHOICE_EVENT = "devicehost.preferred_allocation.choice"
 #: (semantic-conventions, attributes registry, ``service.instance.id``).
 INSTANCE_NAMESPACE = "4d63009a-8d0f-11ee-aad7-4c796ed8e320"
 
+#: A DRA claim a span is about, and the devices of this driver it holds.
+CLAIM_NAME = "devicehost.dra.claim.name"
+CLAIM_UID = "devicehost.dra.claim.uid"
+DRA_DRIVER = "devicehost.dra.driver.name"
+DRA_DEVICES = "devicehost.dra.devices"
+#: The UIDs of the pods a shared claim is reserved for (one pod: ``k8s.pod.uid``).
+RESERVED_FOR = "devicehost.dra.claim.reserved_for"
+
 DEVICE_PLUGIN_SERVICE = "v1beta1.DevicePlugin"
 REGISTRATION_SERVICE = "v1beta1.Registration"
 
@@ -396,6 +404,33 @@ class Tracing:
             record_exception=False,
             set_status_on_exception=False,
         )
+
+    @contextmanager
+    def server_span(
+        self,
+        service: str,
+        method: str,
+        attributes: Mapping[str, Any],
+        metadata: Iterable[tuple[str, Any]] | None = None,
+    ) -> Iterator[Span]:
+        """A SERVER span for one item of a kubelet call other than the device plugin's (a
+        claim of a DRA call); a ``traceparent`` in metadata is its parent, errors recorded."""
+        if not self.enabled:
+            yield NO_SPAN
+            return
+        carrier = {k: v for k, v in metadata or () if isinstance(v, str)}
+        parent = self._extract(carrier) if "traceparent" in carrier else None
+        every = {
+            **rpc_attributes(service, method),
+            **({NODE: self.node_name} if self.node_name else {}),
+            **attributes,
+        }
+        with self._sdk_span(every[RPC_METHOD], "SERVER", every, context=parent) as span:
+            try:
+                yield span
+            except Exception as exc:
+                fail(span, exc)
+                raise
 
     @contextmanager
     def client_span(self, name: str, attributes: Mapping[str, Any]) -> Iterator[Span]:

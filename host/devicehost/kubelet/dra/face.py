@@ -19,20 +19,26 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from devicehost.config.host_config import DRA_API, HostConfig
 from devicehost.drivers.ownership import Claim
+from devicehost.drivers.validation import Invalid, edits_from_plain
 from devicehost.edits.compose import PolicyChain
+from devicehost.edits.simulated_paths import edits_on_node
+from devicehost.errors import DriverError, RequestRefused, UnknownDevice
 from devicehost.kubelet.dra.attributes import facts_from_snapshot
 from devicehost.kubelet.dra.checkpoint import Checkpoint
 from devicehost.kubelet.dra.claims import ClaimSource
 from devicehost.kubelet.dra.naming import driver_name, pool_name
 from devicehost.kubelet.dra.plugin import DraPlugin, driver_dir
-from devicehost.kubelet.dra.prepare import PoolView, Preparer
+from devicehost.kubelet.dra.prepare import PoolView, PrepareError, Preparer
 from devicehost.kubelet.dra.publisher import SliceApi, SlicePublisher
 from devicehost.kubelet.dra.slices import PoolDevice, Unhealthy
+from devicehost.model import NO_EDITS, ContainerEdits
 from devicehost.system import supervision
+from devicehost.telemetry import tracing
 from devicehost.telemetry.facade import Telemetry
 
 log = logging.getLogger(__name__)
@@ -76,6 +82,8 @@ class DraFace:
         #: The API server's client, made at the first DRA driver's start (lightkube is
         #: imported then, off the event loop); a test may set its own before.
         self.api: ApiClient | None = None
+        #: Each simulated driver's tree (``edits.simulated_paths``).
+        self.trees: dict[str, Path] = {}
         self._api_lock = asyncio.Lock()
         self._stopping = False
 
@@ -90,9 +98,12 @@ class DraFace:
 
     # -- what the host hands over ----------------------------------------------------------
 
-    def add(self, claim: Claim, policies: PolicyChain | None) -> None:
-        """A DRA resource the driver side claimed: part of its driver's pool, not served yet."""
+    def add(self, claim: Claim, policies: PolicyChain | None, tree: Path | None = None) -> None:
+        """A DRA resource the driver side claimed: part of its driver's pool, not served yet.
+        ``tree``: its driver's simulated tree, where ``allocate`` answers' host paths move."""
         driver = claim.driver.name
+        if tree is not None:
+            self.trees[driver] = tree
         resource = claim.spec.name
         problem = self._problem(driver)
         if problem:
@@ -196,6 +207,46 @@ class DraFace:
             for device in claim.state.devices.values()
         ]
 
+    async def _hooks(self, entry: DraDriver, resource: str, ids: list[str]) -> ContainerEdits:
+        """The driver's hooks for a claim's devices of ``resource``, in the order the
+        kubelet calls them for a device plugin: ``allocate`` (its edits checked like every
+        driver answer and moved into a simulated tree), then ``pre_start`` (a claim is
+        prepared just before its containers start); each in a child span, a failure the
+        claim's ``PrepareError``."""
+        claim = entry.claims.get(resource)
+        if claim is None:
+            raise PrepareError(f"resource {resource!r} is no longer served through DRA")
+        driver = claim.driver
+        extra = NO_EDITS
+        for hook in ("devicehost_allocate", "devicehost_pre_start"):
+            if not driver.implements(hook):
+                continue
+            attributes = {tracing.DRIVER: driver.name, tracing.REQUESTED: list(ids)}
+            with self.telemetry.tracing.child_span(hook, **attributes):
+                try:
+                    answer = await driver.acall(
+                        hook, self.config.hook_timeout, resource=resource, device_ids=list(ids)
+                    )
+                except (DriverError, RequestRefused, UnknownDevice) as exc:
+                    if isinstance(exc, DriverError):
+                        self.telemetry.driver_error(driver.name, hook)
+                    raise PrepareError(
+                        f"driver {driver.name!r}, resource {resource!r}: {exc}"
+                    ) from None
+            if hook == "devicehost_allocate":
+                try:
+                    extra = edits_from_plain(answer, self.config.allowed_edits(driver.name))
+                except Invalid as exc:
+                    self.telemetry.driver_error(driver.name, hook)
+                    raise PrepareError(
+                        f"driver {driver.name!r}, resource {resource!r}: "
+                        f"{hook} returned an invalid Allocation: {exc}"
+                    ) from None
+                tree = self.trees.get(driver.name)
+                if tree is not None:
+                    extra = edits_on_node(extra, tree)
+        return extra
+
     async def _client(self) -> ApiClient:
         """The one API client of this host (``MissingClient`` when it cannot be made)."""
         async with self._api_lock:
@@ -233,8 +284,15 @@ class DraFace:
             self.config.cdi_dir,
             Checkpoint(directory / CHECKPOINT_FILE),
             entry.policies,
+            hooks=functools.partial(self._hooks, entry),
         )
-        plugin = DraPlugin(entry.name, preparer, self.config.kubelet_dir, publisher.republish)
+        plugin = DraPlugin(
+            entry.name,
+            preparer,
+            self.config.kubelet_dir,
+            publisher.republish,
+            self.telemetry.tracing,
+        )
         await plugin.start()
         entry.plugin, entry.publisher = plugin, publisher
         try:

@@ -24,6 +24,7 @@ from devicehost.kubelet.dra.prepare import Preparer
 from devicehost.kubelet.dra.registration import RegistrationServicer
 from devicehost.kubelet.dra.servicer import DraBetaServicer, DraServicer
 from devicehost.system.sockets import socket_path_problem
+from devicehost.telemetry.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +69,10 @@ class DraPlugin:
         preparer: Preparer,
         kubelet_dir: Path,
         on_registered: Callable[[], None] | None = None,
+        spans: Tracing | None = None,
     ) -> None:
         self.driver = driver
+        self.spans = spans
         self.dra_socket = driver_dir(kubelet_dir, driver) / "dra.sock"
         self.registration_socket = registration_socket(kubelet_dir, driver)
         self.registration = RegistrationServicer(driver, str(self.dra_socket), on_registered)
@@ -77,8 +80,8 @@ class DraPlugin:
         self._servers: list[tuple[Path, grpc.aio.Server]] = []
 
     async def start(self) -> None:
-        v1 = DraServicer(self.preparer)
-        beta = DraBetaServicer(self.preparer)
+        v1 = DraServicer(self.preparer, self.spans)
+        beta = DraBetaServicer(self.preparer, self.spans)
         dra = await _serve(
             self.dra_socket,
             [

@@ -1,7 +1,9 @@
 """NodePrepareResources and NodeUnprepareResources for one DRA driver, off the wire.
 
-A claim's devices are composed exactly as an Allocate composes them (``compose``, then
-the policy plugins), per resource of the driver, and the result is written as one CDI
+A claim's devices are composed exactly as an Allocate composes them (the driver's
+``allocate`` hook where it has one, ``compose``, then the policy plugins), per resource of
+the driver, its ``pre_start`` hook called as before a container starts (both through
+``DriverHooks``, outside the driver's lock), and the result is written as one CDI
 spec per claim under the project's vendor: the composed edits are the spec's
 ``containerEdits``, applied once when any of the claim's devices is requested, and each
 device is an entry of its own. The kubelet is answered with those entries' CDI names
@@ -16,7 +18,7 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -32,7 +34,7 @@ from devicehost.kubelet.dra.claims import (
     allocation_of,
 )
 from devicehost.kubelet.dra.naming import device_name
-from devicehost.model import ContainerEdits, Device, ResourceSpec
+from devicehost.model import NO_EDITS, ContainerEdits, Device, ResourceSpec
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,14 @@ CLAIM_READ_SECONDS = 10.0
 
 class PrepareError(Exception):
     """One claim could not be prepared; the message goes to the kubelet."""
+
+
+#: The driver's hooks for one resource's devices of a claim: its allocation-time edits
+#: (``allocate``; empty when it has none), after ``pre_start`` where it has one.
+#: ``PrepareError`` when a hook fails or answers what the host refuses.
+DriverHooks = Callable[[str, list[str]], Awaitable[ContainerEdits]]
+#: Told the claim as the API server gave it, once read (the pod it is reserved for).
+ClaimRead = Callable[[Mapping[str, Any]], None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,9 +96,12 @@ class Preparer:
         checkpoint: Checkpoint,
         policies: PolicyChain | None = None,
         claim_timeout: float = CLAIM_READ_SECONDS,
+        hooks: DriverHooks | None = None,
     ) -> None:
-        """``claim_timeout``: how long one claim's read from the API server may take."""
+        """``claim_timeout``: how long one claim's read from the API server may take;
+        ``hooks``: the driver's hooks (none: compose from the snapshot alone)."""
         self.driver = driver
+        self.hooks = hooks
         self.claim_timeout = claim_timeout
         self.claims = claims
         self.pool = pool
@@ -112,7 +125,9 @@ class Preparer:
                     path.unlink()
                     log.info("DRA driver %s: removed the orphaned claim spec %s", self.driver, path)
 
-    async def prepare(self, namespace: str, name: str, uid: str) -> PreparedClaim:
+    async def prepare(
+        self, namespace: str, name: str, uid: str, on_read: ClaimRead | None = None
+    ) -> PreparedClaim:
         """Prepare the claim (or answer as before when it is prepared already)."""
         if not _UID_RE.match(uid):
             raise PrepareError(f"claim {namespace}/{name}: UID {uid!r:.80} is not a UID")
@@ -133,13 +148,16 @@ class Preparer:
             ) from None
         except ClaimProblem as exc:
             raise PrepareError(str(exc)) from None
+        if on_read is not None:
+            on_read(claim)
+        view = self.pool()
+        by_resource, requests = self._resolve(view, allocation)
+        extras = await self._driver_edits(by_resource)  # without the lock: hooks take time
         async with self._lock:
             done = self.checkpoint.claims.get(uid)  # prepared meanwhile by another call
             if done is not None:
                 return done
-            view = self.pool()
-            by_resource, requests = self._resolve(view, allocation)
-            edits = self._compose(view, by_resource, f"claim {namespace}/{name}")
+            edits = self._compose(view, by_resource, extras, f"claim {namespace}/{name}")
             path = self.spec_path(uid)
             entries = {d: f"{uid}-{d}" for d in requests}
             extra_ids = list(edits.cdi_devices)
@@ -202,15 +220,28 @@ class Preparer:
             requests.setdefault(allocated.device, []).append(allocated.request)
         return by_resource, requests
 
+    async def _driver_edits(
+        self, by_resource: Mapping[str, list[str]]
+    ) -> dict[str, ContainerEdits]:
+        """Each resource's allocation-time edits from the driver's hooks."""
+        if self.hooks is None:
+            return {}
+        return {resource: await self.hooks(resource, ids) for resource, ids in by_resource.items()}
+
     def _compose(
-        self, view: PoolView, by_resource: Mapping[str, list[str]], where: str
+        self,
+        view: PoolView,
+        by_resource: Mapping[str, list[str]],
+        extras: Mapping[str, ContainerEdits],
+        where: str,
     ) -> ContainerEdits:
         """Each resource's devices composed as Allocate composes them, then joined; a
         key two resources set differently is a clash."""
         joined = ContainerEdits()
         for resource, ids in by_resource.items():
             try:
-                edits = compose(view.specs[resource], view.snapshots[resource], ids)
+                extra = extras.get(resource, NO_EDITS)
+                edits = compose(view.specs[resource], view.snapshots[resource], ids, extra)
                 if self.policies is not None:
                     edits = self.policies.apply(resource, ids, edits)
             except CompositionClash as clash:
