@@ -137,8 +137,15 @@ KUBERNETES_VERSIONS = ("1.31", kubernetes_validate.latest_version())
 
 #: Kinds that are not Kubernetes' own (the Prometheus operator's PodMonitor): no schema.
 CUSTOM_KINDS = {"PodMonitor"}
-#: Kinds without a namespace (components/dra's RBAC and DeviceClasses).
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "DeviceClass"}
+#: Kinds without a namespace (components/dra: RBAC, DeviceClasses, its admission policy).
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "DeviceClass",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 #: DRA's objects (components/dra) exist from Kubernetes 1.34, when resource.k8s.io/v1 went
 #: GA: checked on the newest version only.
 SINCE = {"resource.k8s.io/v1": "1.34"}

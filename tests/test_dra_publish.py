@@ -226,13 +226,37 @@ def test_a_kubeconfig_that_cannot_be_read_is_a_clear_error(tmp_path):
 # -- in a running host ---------------------------------------------------------------------
 
 
-def test_a_health_change_in_a_running_host_reaches_the_slice(dra_node):
+def taints_of(api: ApiServer, name: str) -> list[dict] | None:
+    """The taints of device ``name`` in the stored slices (None: not listed)."""
+    for document in api.slices.values():
+        for device in document["spec"]["devices"]:
+            if device["name"] == name:
+                return list(device.get("taints", []))
+    return None
+
+
+def test_an_unhealthy_device_in_a_running_host_is_tainted_by_default(dra_node):
+    """dra.unhealthy's default: listed with a NoSchedule taint, untainted once Healthy."""
     node = dra_node()
     api = node.api
     name = device_name(DRA_RESOURCE, "dev-2")
-    api.wait_for(lambda: name in devices_of(api))
+    api.wait_for(lambda: taints_of(api, name) == [])
     control = scripted(node.thread, DRA_RESOURCE)
     control.set_health(DRA_RESOURCE, "dev-2", False)
+    taint = {"key": "devicehost.io/unhealthy", "value": "true", "effect": "NoSchedule"}
+    api.wait_for(lambda: taints_of(api, name) == [taint])
+    assert generation(api) == 2
+    control.set_health(DRA_RESOURCE, "dev-2", True)
+    api.wait_for(lambda: taints_of(api, name) == [])
+    assert generation(api) == 3
+
+
+def test_withdraw_leaves_an_unhealthy_device_out_of_the_slice(dra_node):
+    node = dra_node(dra_unhealthy="withdraw")
+    api = node.api
+    name = device_name(DRA_RESOURCE, "dev-2")
+    api.wait_for(lambda: name in devices_of(api))
+    scripted(node.thread, DRA_RESOURCE).set_health(DRA_RESOURCE, "dev-2", False)
     api.wait_for(lambda: name not in devices_of(api))
     assert generation(api) == 2
 

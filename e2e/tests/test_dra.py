@@ -16,7 +16,14 @@ from pathlib import Path
 
 import pytest
 from harness.cluster import Cluster, wait_for
-from harness.pods import create_pod, device_resources, environment, exec_in, wait_running
+from harness.pods import (
+    create_pod,
+    device_resources,
+    environment,
+    exec_in,
+    pod,
+    wait_running,
+)
 from test_health import SET_LINK
 from test_traces import span_names, traces
 
@@ -27,8 +34,12 @@ from conftest import E2E, OVERLAY, devicehost_pods, wait_devicehost_ready
 DRA_OVERLAY = Path(os.environ.get("DEVICEHOST_E2E_DRA_OVERLAY") or E2E / "manifests-dra")
 GPU_DRIVER = "nvidia.devicehost.io"
 HCA_DRIVER = "rdma.devicehost.io"
+NPU_DRIVER = "ascend.devicehost.io"
+DRIVERS = (GPU_DRIVER, HCA_DRIVER, NPU_DRIVER)
 #: What components/dra adds beyond the tier's install, removed again after the module.
 DRA_OBJECTS = (
+    "validatingadmissionpolicybinding/devicehost-dra-own-node-slices",
+    "validatingadmissionpolicy/devicehost-dra-own-node-slices",
     "clusterrolebinding/devicehost-dra",
     "clusterrole/devicehost-dra",
     f"deviceclass/{GPU_DRIVER}",
@@ -46,8 +57,8 @@ def rollout(cluster: Cluster, overlay: Path) -> None:
     wait_devicehost_ready(cluster, [n.name for n in cluster.nodes])
 
 
-def slices(cluster: Cluster, driver: str) -> list[dict]:
-    selector = f"spec.nodeName=dgx,spec.driver={driver}"
+def slices(cluster: Cluster, driver: str, node: str | None = "dgx") -> list[dict]:
+    selector = f"spec.driver={driver}" + (f",spec.nodeName={node}" if node else "")
     items: list[dict] = cluster.get("resourceslices", "--field-selector", selector)["items"]
     return items
 
@@ -72,7 +83,9 @@ def dra(installed: Cluster) -> Iterator[Cluster]:
     # Unregistered DRA drivers' slices are the kubelet's to delete, after its delay: what
     # an operator who switches back, or uninstalls, sees (docs/dra.md).
     wait_for(
-        lambda: not (slices(installed, GPU_DRIVER) or slices(installed, HCA_DRIVER)),
+        lambda: (
+            not any(slices(installed, d, node=None) for d in (GPU_DRIVER, HCA_DRIVER, NPU_DRIVER))
+        ),
         180,
         "the kubelet deleted the DRA drivers' ResourceSlices",
     )
@@ -83,21 +96,24 @@ def dra(installed: Cluster) -> Iterator[Cluster]:
     )
 
 
-def claim_template(name: str, count: int) -> dict:
-    request = {
-        "name": "gpus",
-        "exactly": {
-            "deviceClassName": GPU_DRIVER,
-            "allocationMode": "ExactCount",
-            "count": count,
-            "selectors": [{"cel": {"expression": MEMORY_SELECTOR}}],
-        },
-    }
+def claim_template(
+    name: str, count: int, device_class: str = GPU_DRIVER, same: str | None = None
+) -> dict:
+    """A template asking for ``count`` devices of ``device_class`` (GPUs: by memory), all
+    with one value of the attribute ``same`` when given."""
+    exactly: dict = {"deviceClassName": device_class, "allocationMode": "ExactCount"}
+    exactly["count"] = count
+    if device_class == GPU_DRIVER:
+        exactly["selectors"] = [{"cel": {"expression": MEMORY_SELECTOR}}]
+    request = {NPU_DRIVER: "npus", HCA_DRIVER: "hcas"}.get(device_class, "gpus")
+    devices: dict = {"requests": [{"name": request, "exactly": exactly}]}
+    if same:
+        devices["constraints"] = [{"requests": [request], "matchAttribute": same}]
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": name},
-        "spec": {"spec": {"devices": {"requests": [request]}}},
+        "spec": {"spec": {"devices": devices}},
     }
 
 
@@ -198,19 +214,49 @@ def test_deleting_the_pod_unprepares_the_claim_and_removes_its_spec(dra: Cluster
 
 
 @pytest.mark.nodes("dgx")
-def test_an_unhealthy_hca_leaves_its_slice_and_comes_back(dra: Cluster) -> None:
-    """The link of exclusive HCA mlx5_0 goes down: it leaves the rdma.devicehost.io slice
-    (a new pool generation); the link comes back: so does the device."""
-    pod = devicehost_pods(dra)["dgx"]["metadata"]["name"]
-    before = devices(dra, HCA_DRIVER)
+def tainted(cluster: Cluster, driver: str) -> list[str]:
+    """The devices of ``driver`` on the DGX node that carry devicehost's Unhealthy taint."""
+    return [
+        d["name"]
+        for d in devices(cluster, driver)
+        if any(t.get("key") == "devicehost.io/unhealthy" for t in d.get("taints", []))
+    ]
+
+
+def schedule_state(cluster: Cluster, ns: str, name: str) -> str:
+    """``Scheduled``, or the scheduler's reason it is not (``Unschedulable``), or ``""``."""
+    conditions = pod(cluster, ns, name)["status"].get("conditions", [])
+    for condition in conditions:
+        if condition["type"] == "PodScheduled":
+            return "Scheduled" if condition["status"] == "True" else condition.get("reason", "")
+    return ""
+
+
+def test_an_unhealthy_hca_is_tainted_and_allocated_to_no_new_claim(dra: Cluster, ns: str) -> None:
+    """The link of exclusive HCA mlx5_0 goes down: its device in the rdma.devicehost.io
+    slice gets the NoSchedule taint (a new pool generation), the others none, and a pod
+    whose claim asks for every HCA cannot be scheduled; the link comes back: the taint
+    goes and the scheduler allocates all of them."""
+    devicehost = devicehost_pods(dra)["dgx"]["metadata"]["name"]
+    count = len(devices(dra, HCA_DRIVER))
     generation = slices(dra, HCA_DRIVER)[0]["spec"]["pool"]["generation"]
-    exec_in(dra, "devicehost", pod, SET_LINK.format(up=False))
+    exec_in(dra, "devicehost", devicehost, SET_LINK.format(up=False))
     try:
-        wait_for(lambda: len(devices(dra, HCA_DRIVER)) == len(before) - 1, 60, "one HCA fewer")
+        wait_for(lambda: len(tainted(dra, HCA_DRIVER)) == 1, 60, "one HCA tainted")
+        (taint,) = next(d for d in devices(dra, HCA_DRIVER) if d.get("taints"))["taints"]
+        assert (taint["value"], taint["effect"]) == ("true", "NoSchedule"), taint
         assert slices(dra, HCA_DRIVER)[0]["spec"]["pool"]["generation"] > generation
+        assert len(devices(dra, HCA_DRIVER)) == count
+        every = claim_template("every", count, HCA_DRIVER)
+        dra.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(every))
+        create_pod(dra, ns, claim_pod("hcas", "every"))
+        wait_for(lambda: schedule_state(dra, ns, "hcas") == "Unschedulable", 60, "not schedulable")
     finally:
-        exec_in(dra, "devicehost", pod, SET_LINK.format(up=True))
-    wait_for(lambda: len(devices(dra, HCA_DRIVER)) == len(before), 60, "the HCA back")
+        exec_in(dra, "devicehost", devicehost, SET_LINK.format(up=True))
+    wait_for(lambda: tainted(dra, HCA_DRIVER) == [], 60, "the taint gone")
+    wait_for(lambda: schedule_state(dra, ns, "hcas") == "Scheduled", 120, "scheduled")
+    (claim,) = dra.get("-n", ns, "resourceclaims")["items"]
+    assert len(claim["status"]["allocation"]["devices"]["results"]) == count
 
 
 @pytest.mark.nodes("dgx")
@@ -221,3 +267,66 @@ def test_devicehost_drivers_in_the_pod_shows_the_registered_dra_driver(dra: Clus
     assert nvidia["dra"]["name"] == GPU_DRIVER
     assert nvidia["dra"]["registered"] is True
     assert nvidia["dra"]["resources"] == ["nvidia.com/gpu"]
+
+
+#: Run in devicehost's pod on the DGX node, with its own token: apply a ResourceSlice of
+#: another node, as a devicehost whose node was taken over might.
+FOREIGN_SLICE = """
+import asyncio
+from devicehost.kubelet.dra.api import LightkubeApi
+from devicehost.kubelet.dra.publisher import ApiProblem
+
+async def main():
+    api = LightkubeApi()
+    slice = {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": "elsewhere-nvidia.devicehost.io-0"},
+        "spec": {"driver": "nvidia.devicehost.io", "nodeName": "elsewhere",
+                 "pool": {"name": "elsewhere", "generation": 1, "resourceSliceCount": 1},
+                 "devices": []},
+    }
+    try:
+        await api.apply_slice(slice)
+        print("APPLIED")
+    except ApiProblem as exc:
+        print(exc)
+    finally:
+        await api.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.nodes("dgx")
+def test_the_admission_policy_refuses_a_slice_of_another_node(dra: Cluster) -> None:
+    """devicehost's own token may write its node's slices (the others show it) and no
+    other node's: the policy of components/dra refuses it, naming both nodes."""
+    pod = devicehost_pods(dra)["dgx"]["metadata"]["name"]
+    answer = exec_in(dra, "devicehost", pod, f"python - <<'EOF'\n{FOREIGN_SLICE}\nEOF")
+    assert "APPLIED" not in answer, answer
+    assert "403" in answer and "devicehost-dra-own-node-slices" in answer, answer
+    assert 'devicehost on node "dgx" may write only its own node' in answer, answer
+
+
+#: The Atlas 800 9000's two HCCS rings of four chips (drivers/ascend: chips 0-3 and 4-7).
+RINGS = ({"0", "1", "2", "3"}, {"4", "5", "6", "7"})
+
+
+@pytest.mark.nodes("atlas")
+def test_a_four_chip_claim_matching_the_interconnect_group_gets_one_hccs_ring(
+    dra: Cluster, ns: str
+) -> None:
+    """One chip is taken first, so seven are free across both rings; a claim for four with
+    matchAttribute on ascend.devicehost.io/interconnectGroup can only be the other ring."""
+    first = claim_template("one", 1, NPU_DRIVER)
+    dra.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(first))
+    create_pod(dra, ns, claim_pod("first", "one"))
+    wait_running(dra, ns, "first")
+    (taken,) = environment(dra, ns, "first")["ASCEND_VISIBLE_DEVICES"].split(",")
+    ring = claim_template("ring", 4, NPU_DRIVER, same=f"{NPU_DRIVER}/interconnectGroup")
+    dra.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(ring))
+    create_pod(dra, ns, claim_pod("ring", "ring"))
+    wait_running(dra, ns, "ring")
+    chips = set(environment(dra, ns, "ring")["ASCEND_VISIBLE_DEVICES"].split(","))
+    other = next(r for r in RINGS if taken not in r)
+    assert chips == other, (taken, chips)

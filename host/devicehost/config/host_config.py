@@ -300,7 +300,7 @@ class HostConfig:
     resources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     kubelet_dir: Path = Path("/var/lib/kubelet")
     dra_driver_names: Mapping[str, str] = field(default_factory=dict)
-    dra_unhealthy: str = "withdraw"
+    dra_unhealthy: str = "taint"
     kubeconfig: Path | None = None
 
     @property
@@ -590,8 +590,8 @@ SETTINGS: tuple[Setting, ...] = (
         "dra_unhealthy",
         _choice("withdraw", "taint"),
         "DEVICEHOST_DRA_UNHEALTHY",
-        "what a ResourceSlice does with an Unhealthy device: withdraw it, or taint it "
-        "(needs the DRADeviceTaints feature)",
+        "what a ResourceSlice does with an Unhealthy device: taint it NoSchedule (listed, "
+        "never allocated; Kubernetes 1.37's device taints), or withdraw it",
     ),
     Setting(
         "dra.kubeconfig",

@@ -31,6 +31,7 @@ from devicehost.errors import DriverError, RequestRefused, UnknownDevice
 from devicehost.kubelet.dra.attributes import facts_from_snapshot
 from devicehost.kubelet.dra.checkpoint import Checkpoint
 from devicehost.kubelet.dra.claims import ClaimSource
+from devicehost.kubelet.dra.health import Changes, HealthServicer
 from devicehost.kubelet.dra.naming import driver_name, pool_name
 from devicehost.kubelet.dra.plugin import DraPlugin, driver_dir
 from devicehost.kubelet.dra.prepare import PoolView, PrepareError, Preparer
@@ -63,9 +64,13 @@ class DraDriver:
     plugin: DraPlugin | None = None
     publisher: SlicePublisher | None = None
     task: asyncio.Task[None] | None = None
+    #: Bumped at every change, for the health streams.
+    changes: Changes = field(default_factory=Changes)
 
     def changed(self, _devices: object = None) -> None:
-        """A snapshot of one of its resources was replaced: publish the pool again."""
+        """A snapshot of one of its resources was replaced: publish the pool again and
+        tell the kubelet's health stream."""
+        self.changes.bump()
         if self.publisher is not None:
             self.publisher.changed()
 
@@ -292,6 +297,7 @@ class DraFace:
             self.config.kubelet_dir,
             publisher.republish,
             self.telemetry.tracing,
+            HealthServicer(lambda: self._pool(entry), entry.changes),
         )
         await plugin.start()
         entry.plugin, entry.publisher = plugin, publisher

@@ -19,7 +19,10 @@ import grpc
 
 from devicehost._proto.dra.v1 import api_pb2_grpc as v1_grpc
 from devicehost._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from devicehost._proto.dra_health.v1 import api_pb2_grpc as health_grpc
 from devicehost._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from devicehost.kubelet.dra.health import SERVICE as HEALTH_SERVICE
+from devicehost.kubelet.dra.health import HealthServicer
 from devicehost.kubelet.dra.prepare import Preparer
 from devicehost.kubelet.dra.registration import RegistrationServicer
 from devicehost.kubelet.dra.servicer import DraBetaServicer, DraServicer
@@ -70,25 +73,36 @@ class DraPlugin:
         kubelet_dir: Path,
         on_registered: Callable[[], None] | None = None,
         spans: Tracing | None = None,
+        health: HealthServicer | None = None,
     ) -> None:
+        """``health``: device health streamed to the kubelet, on the same socket."""
         self.driver = driver
         self.spans = spans
+        self.health = health
         self.dra_socket = driver_dir(kubelet_dir, driver) / "dra.sock"
         self.registration_socket = registration_socket(kubelet_dir, driver)
-        self.registration = RegistrationServicer(driver, str(self.dra_socket), on_registered)
+        self.registration = RegistrationServicer(
+            driver,
+            str(self.dra_socket),
+            on_registered,
+            extra_services=(HEALTH_SERVICE,) if health is not None else (),
+        )
         self.preparer = preparer
         self._servers: list[tuple[Path, grpc.aio.Server]] = []
 
     async def start(self) -> None:
         v1 = DraServicer(self.preparer, self.spans)
         beta = DraBetaServicer(self.preparer, self.spans)
-        dra = await _serve(
-            self.dra_socket,
-            [
-                lambda s: v1_grpc.add_DRAPluginServicer_to_server(v1, s),
-                lambda s: v1beta1_grpc.add_DRAPluginServicer_to_server(beta, s),
-            ],
-        )
+        services = [
+            lambda s: v1_grpc.add_DRAPluginServicer_to_server(v1, s),
+            lambda s: v1beta1_grpc.add_DRAPluginServicer_to_server(beta, s),
+        ]
+        health = self.health
+        if health is not None:
+            services.append(
+                lambda s: health_grpc.add_DRAResourceHealthServicer_to_server(health, s)
+            )
+        dra = await _serve(self.dra_socket, services)
         self._servers.append((self.dra_socket, dra))
         try:
             registration = await _serve(

@@ -32,11 +32,17 @@ class RegistrationServicer(pb_grpc.RegistrationServicer):
     """Answers the plugin watcher for one DRA driver and remembers what it was told."""
 
     def __init__(
-        self, driver: str, endpoint: str, on_registered: Callable[[], None] | None = None
+        self,
+        driver: str,
+        endpoint: str,
+        on_registered: Callable[[], None] | None = None,
+        extra_services: tuple[str, ...] = (),
     ) -> None:
         """``on_registered``: called at each registration the kubelet reports (a kubelet
-        that restarted, or unregistered the driver a while, registers it again)."""
+        that restarted, or unregistered the driver a while, registers it again);
+        ``extra_services``: optional services also served (the health service)."""
         self.driver = driver
+        self.services = (*SERVICES, *extra_services)
         self.endpoint = endpoint
         self.on_registered = on_registered
         self.registered = asyncio.Event()
@@ -47,7 +53,7 @@ class RegistrationServicer(pb_grpc.RegistrationServicer):
             type=PLUGIN_TYPE,
             name=self.driver,
             endpoint=self.endpoint,
-            supported_versions=list(SERVICES),
+            supported_versions=list(self.services),
         )
 
     async def NotifyRegistrationStatus(
