@@ -159,6 +159,13 @@ def test_drivers_text_shows_which_resources_go_through_dra(tmp_path):
     assert "DRA driver alpha.devicehost.io (not registered yet): a.example/x" in lines
 
 
+def test_kubeconfig_flag_sets_the_dra_api_server_credentials(tmp_path):
+    """`--kubeconfig` (for a host run outside a cluster) is dra.kubeconfig, from the flag."""
+    result = run_with_alpha(tmp_path, "config", "", "--kubeconfig", "/etc/kube/config")
+    assert result.returncode == 0, result.stderr
+    assert "kubeconfig: /etc/kube/config" in result.stdout
+
+
 def test_devices_json_shows_ids_health_and_numa(tmp_path):
     """`devices --json` enumerates once and shows every device with health and NUMA."""
     result = run_with_alpha(

@@ -625,6 +625,7 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "cdi.drivers": st.one_of(NAMES, NAMES.map(",".join)),
     "limits.devicesPerResource": st.sampled_from([1, 10_000, 100_000, 0, 100_001, "500", -1]),
     "limits.resourcesPerDriver": st.sampled_from([1, 64, 256, 0, 257, "8", 2.5]),
+    "limits.zombiesPerDriver": st.sampled_from([1, 100, 100_000, 0, 100_001, "5", -3]),
     "containerEdits.allow": st.sampled_from(
         [None, {}, {"a": ["LD_LIBRARY_PATH", "/etc/ld.so.conf.d"]}, {"a": "PATH"}, {"a": [""]}]
     ),

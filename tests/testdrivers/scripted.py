@@ -5,6 +5,7 @@ Config (``drivers.<name>``):
   raise: [hook, ...]                             these hooks raise RuntimeError("scripted failure")
   hang: [hook, ...]                              these hooks block until shutdown or release
   preStart: true                                 implement devicehost_pre_start
+  zombies: n                                     fork n children at configure, never reaped
   prefix: "dev"
 
 The driver runs in its own worker process, so tests reach it the way hardware would be
@@ -108,6 +109,9 @@ class Scripted:
             write_json(self.dir / "devices.json", devices)
         self.raising = set(config.get("raise", ()))
         self.hanging = set(config.get("hang", ()))
+        for _ in range(int(config.get("zombies", 0))):  # a driver that forgets its children
+            if os.fork() == 0:
+                os._exit(0)
         self._enter("devicehost_configure", config=dict(config))
 
     @hookimpl

@@ -60,6 +60,7 @@ _FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "log_level": ("--log-level", {"choices": ["debug", "info", "warning", "error"]}),
     "metrics_address": ("--metrics-address", {"metavar": "HOST:PORT"}),
     "otlp_endpoint": ("--otlp-endpoint", {"metavar": "URL"}),
+    "kubeconfig": ("--kubeconfig", {"metavar": "PATH"}),
 }
 
 # Which settings each command reads: a flag a command would ignore is not offered to it

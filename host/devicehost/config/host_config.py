@@ -296,6 +296,7 @@ class HostConfig:
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     max_devices_per_resource: int = 10_000
     max_resources_per_driver: int = 64
+    max_zombies_per_driver: int = 100
     edits_allowed: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     resources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     kubelet_dir: Path = Path("/var/lib/kubelet")
@@ -554,6 +555,13 @@ SETTINGS: tuple[Setting, ...] = (
         _count(1, 256),
         "DEVICEHOST_MAX_RESOURCES_PER_DRIVER",
         "a driver declaring more resources has the ones past this refused",
+    ),
+    Setting(
+        "limits.zombiesPerDriver",
+        "max_zombies_per_driver",
+        _count(1, 100_000),
+        "DEVICEHOST_MAX_ZOMBIES_PER_DRIVER",
+        "a driver worker leaving more finished children unreaped (zombies) is restarted",
     ),
     Setting(
         "containerEdits.allow",

@@ -42,7 +42,7 @@ from devicehost.errors import (
     RequestRefused,
     UnknownDevice,
 )
-from devicehost.system import supervision
+from devicehost.system import reaping, supervision
 
 log = logging.getLogger(__name__)
 _NONE: Any = object()  # no volunteered answer
@@ -55,6 +55,10 @@ PING_SECONDS = 1.0
 #: A frozen worker is so noticed within their sum (docs/reliability.md).
 HEARTBEAT_SECONDS = 1.0
 HEARTBEAT_TIMEOUT_SECONDS = 3.0
+#: Every this many heartbeats, the worker's unreaped (zombie) descendants are counted; a
+#: worker with more than ``max_zombies`` is restarted, which reaps them all.
+ZOMBIE_CHECK_HEARTBEATS = 5
+MAX_ZOMBIES = 100
 #: After end-of-file on a worker's channel (it died), how long the zygote's report of its
 #: exit is waited for before the host calls it gone itself (the zygote may be frozen).
 CHANNEL_EOF_GRACE_SECONDS = 0.5
@@ -132,6 +136,9 @@ class WorkerProcess:
         self.on_watch_error = on_watch_error
         self.log_level = log_level
         self.pid: int | None = None
+        #: Zombie descendants at the last count, and how many restart the worker.
+        self.zombies = 0
+        self.max_zombies = MAX_ZOMBIES
         self.hooks: frozenset[str] = frozenset()
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self.exited: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -272,8 +279,12 @@ class WorkerProcess:
         """Ping the brought-up worker every ``HEARTBEAT_SECONDS``; kill it when a ping
         goes unanswered for ``HEARTBEAT_TIMEOUT_SECONDS`` (frozen, or its main thread
         stuck), so the supervisor restarts it."""
+        beats = 0
         while not self.exited.done():
             await asyncio.sleep(HEARTBEAT_SECONDS)
+            beats += 1
+            if beats % ZOMBIE_CHECK_HEARTBEATS == 0 and await self._too_many_zombies():
+                return
             answered = asyncio.Event()
             self._heartbeats.append(answered)
             self._send({"ping": True})
@@ -289,6 +300,21 @@ class WorkerProcess:
             finally:
                 with contextlib.suppress(ValueError):
                     self._heartbeats.remove(answered)
+
+    async def _too_many_zombies(self) -> bool:
+        """Count the worker's zombie descendants (off the loop); past ``max_zombies``,
+        kill the worker, which reaps them all, and say why."""
+        pid = self.pid
+        if pid is None:
+            return False
+        self.zombies = await asyncio.to_thread(reaping.zombies_below, pid)
+        if self.zombies <= self.max_zombies or self.exited.done():
+            return False
+        await self.kill(
+            f"it left {self.zombies} finished child processes unreaped (zombies), over the "
+            f"bound of {self.max_zombies}: each holds a slot of the node's process table"
+        )
+        return True
 
     def _take_part(self, message: dict[str, Any], length: int) -> None:
         """Keep one part of a long list answer until its ``result`` brings the rest."""

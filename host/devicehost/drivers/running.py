@@ -100,6 +100,13 @@ class RunningDrivers:
         )
         metrics.add_gauge(
             Gauge(
+                "devicehost_driver_zombies",
+                "Finished child processes a driver's worker has not reaped, at the last count.",
+                self._driver_zombies,
+            )
+        )
+        metrics.add_gauge(
+            Gauge(
                 "devicehost_driver_up",
                 "1 while a driver's worker process is running and brought up, else 0.",
                 self._driver_up,
@@ -116,6 +123,12 @@ class RunningDrivers:
             samples.append(({"resource": name, "health": "Healthy"}, float(healthy)))
             samples.append(({"resource": name, "health": "Unhealthy"}, float(total - healthy)))
         return samples
+
+    def _driver_zombies(self) -> list[tuple[dict[str, str], float]]:
+        return [
+            ({"driver": name}, float(handle.process.zombies if handle.process else 0))
+            for name, handle in sorted(self.handles.items())
+        ]
 
     def _driver_info(self) -> list[tuple[dict[str, str], float]]:
         infos = self.plugins.infos if self.plugins else []
@@ -248,6 +261,7 @@ class RunningDrivers:
             on_task_restart=self.telemetry.task_restarted,
             on_start_failure=lambda name: metrics.driver_start_failures.inc(driver=name),
         )
+        handle.max_zombies = self.config.max_zombies_per_driver
         self.handles[info.name] = handle
         self._driver_tasks.append(
             self._supervised(

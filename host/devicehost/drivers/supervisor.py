@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from devicehost.drivers.discovery import DRIVER_GROUP, DriverInfo, DriverStatus
-from devicehost.drivers.process import DriverInvalid, WorkerExited, WorkerProcess
+from devicehost.drivers.process import MAX_ZOMBIES, DriverInvalid, WorkerExited, WorkerProcess
 from devicehost.drivers.zygote import Zygote
 from devicehost.errors import DriverError, DriverUnavailable
 
@@ -80,6 +80,8 @@ class DriverHandle:
         self._prestarted = prestarted
         self.name = info.name
         self.start_timeout = start_timeout
+        #: Zombie descendants past which the worker is restarted (``limits.zombiesPerDriver``).
+        self.max_zombies = MAX_ZOMBIES
         self.on_notify = on_notify or (lambda resource: None)
         self.log_level = log_level
         self.first_restart = first_restart
@@ -199,6 +201,7 @@ class DriverHandle:
             )
         else:
             process.on_notify, process.on_watch_error = self.on_notify, self._watch_error
+        process.max_zombies = self.max_zombies
         self.process = process
         started = time.monotonic()
         try:

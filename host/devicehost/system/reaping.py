@@ -88,6 +88,21 @@ def _scanned_children(parent: int) -> list[int]:
     return pids
 
 
+def zombies_below(pid: int, limit: int = 100_000) -> int:
+    """Dead, unreaped processes below ``pid`` (its children, their children, ...): each
+    holds a process-table slot until its parent waits for it. Stops counting at
+    ``limit`` processes walked, so a fork storm costs a bounded walk."""
+    zombies, walked, parents = 0, 0, [pid]
+    while parents and walked < limit:
+        for child in children(parents.pop()):
+            walked += 1
+            if child.zombie:
+                zombies += 1
+            else:
+                parents.append(child.pid)
+    return zombies
+
+
 def kill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGKILL)

@@ -44,21 +44,29 @@ def registration_socket(kubelet_dir: Path, driver: str) -> Path:
 
 
 async def _serve(path: Path, add: list[Callable[[grpc.aio.Server], None]]) -> grpc.aio.Server:
-    too_long = socket_path_problem(path)
-    if too_long:
-        raise OSError(too_long)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+    """Serve on ``path``, which appears only once the server answers: it listens on a dot
+    name beside it first (the kubelet's plugin watcher ignores dot files) and is renamed,
+    so a watcher that dials as soon as the socket appears is never refused."""
+    starting = path.with_name(f".{path.name}~")
+    for candidate in (path, starting):
+        too_long = socket_path_problem(candidate)
+        if too_long:
+            raise OSError(too_long)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(candidate)
     path.parent.mkdir(parents=True, exist_ok=True)
     server = grpc.aio.server()
     for register in add:
         register(server)
     try:
-        server.add_insecure_port(f"unix:{path}")
+        server.add_insecure_port(f"unix:{starting}")
         await server.start()
-        os.chmod(path, 0o600)
+        os.chmod(starting, 0o600)
+        os.replace(starting, path)
     except BaseException:
         await server.stop(None)  # never leak a server whose socket we cannot own
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(starting)
         raise
     return server
 
