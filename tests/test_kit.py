@@ -55,6 +55,37 @@ def test_fake_pci_device_layout(tmp_path):
     assert not (device / "driver").readlink().is_absolute()
 
 
+def test_fake_pci_device_is_listed_under_its_driver_as_sysfs_lists_it(tmp_path):
+    """/sys/bus/pci/drivers/<driver>/<address> leads to the function (what a driver that
+    lists its kernel driver's functions reads, e.g. vfio-pci's), by a relative link."""
+    root = FakeRoot(tmp_path)
+    rel = root.pci_device("0000:3d:01.0", vendor="0x8086", device="0x4941", driver="vfio-pci")
+    bound = root.at("/sys/bus/pci/drivers/vfio-pci/0000:3d:01.0")
+    assert bound.resolve() == root.at(rel).resolve()
+    assert not bound.readlink().is_absolute()
+    assert [p.name for p in root.at("/sys/bus/pci/drivers/vfio-pci").iterdir()] == ["0000:3d:01.0"]
+
+
+def test_write_distribution_takes_a_string_site(tmp_path):
+    from devicehost.testing import write_distribution
+
+    info = write_distribution(str(tmp_path), "devicehost-acme", {"devicehost.drivers": {}})
+    assert info.parent == tmp_path and (info / "METADATA").exists()
+
+
+def test_a_device_list_timeout_says_what_the_stand_in_saw_last(install, run_host, kubelet):
+    """A wait that times out names the last list, with each device's health and its age,
+    so a failing test says what arrived instead of only what did not."""
+    install("devicehost-alpha", drivers={"alpha": SCRIPTED})
+    run_host(enabled_drivers=("alpha",), drivers={"alpha": {"resources": {"a.example/x": 2}}})
+    kubelet.wait_devices("a.example/x", lambda devices: len(devices) == 2)
+    with pytest.raises(TimeoutError) as timed_out:
+        kubelet.wait_health("a.example/x", "dev-1", "Unhealthy", timeout=0.2)
+    message = str(timed_out.value)
+    assert "the last list of 'a.example/x' arrived" in message
+    assert "with 2 devices: dev-0 Healthy, dev-1 Healthy" in message
+
+
 def test_fake_root_write_is_atomic_like_sysfs(tmp_path):
     """A reader polling an attribute while a test rewrites it sees the old text or the
     new, never an empty attribute (a driver's watch would take that for a fault)."""

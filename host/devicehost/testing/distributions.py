@@ -12,10 +12,14 @@ from pathlib import Path
 
 
 def write_distribution(
-    site: Path, dist: str, entry_points: Mapping[str, Mapping[str, str]], version: str = "1.0"
+    site: Path | str,
+    dist: str,
+    entry_points: Mapping[str, Mapping[str, str]],
+    version: str = "1.0",
 ) -> Path:
-    """Write the dist-info of ``dist`` with ``{group: {name: "module:attr"}}`` entry points."""
-    info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+    """Write the dist-info of ``dist`` with ``{group: {name: "module:attr"}}`` entry points
+    into ``site`` (a path or a string, like the rest of the kit)."""
+    info = Path(site) / f"{dist.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
     lines = []

@@ -161,11 +161,12 @@ class FakeRoot:
         device_class: str = "0x030000",
         bus: str = "pci0000:00",
     ) -> str:
-        """A PCI function: ``/sys/devices/<bus>/<address>`` with its attributes and the
-        ``/sys/bus/pci/devices/<address>`` link. Returns the device's root-relative path with
-        its leading slash (``/sys/devices/pci0000:00/0000:3b:00.0``), ready to pass to the
-        other helpers (``write(f"{path}/net/eth0/address", ...)``); ``at(path)`` is its
-        real path."""
+        """A PCI function: ``/sys/devices/<bus>/<address>`` with its attributes, the
+        ``/sys/bus/pci/devices/<address>`` link and, with ``driver``, the function's
+        ``driver`` link and ``/sys/bus/pci/drivers/<driver>/<address>``. Returns the
+        device's root-relative path with its leading slash
+        (``/sys/devices/pci0000:00/0000:3b:00.0``), ready to pass to the other helpers
+        (``write(f"{path}/net/eth0/address", ...)``); ``at(path)`` is its real path."""
         rel = f"/sys/devices/{bus}/{address}"
         existing = self.at(f"/sys/bus/pci/devices/{address}")
         if os.path.exists(existing):
@@ -180,8 +181,11 @@ class FakeRoot:
         self.write(f"{rel}/class", device_class)
         self.write(f"{rel}/numa_node", str(numa_node))
         if driver:
+            # Both directions, as sysfs has them: the function's driver link, and the
+            # driver's entry for each function it is bound to (what `ls` of the driver shows).
             self.mkdir(f"/sys/bus/pci/drivers/{driver}")
             self.symlink(f"{rel}/driver", f"/sys/bus/pci/drivers/{driver}")
+            self.symlink(f"/sys/bus/pci/drivers/{driver}/{address}", rel)
         self.symlink(f"/sys/bus/pci/devices/{address}", rel)
         return rel
 

@@ -136,6 +136,8 @@ class PluginEndpoint:
     channel: grpc.aio.Channel
     stub: DevicePluginAsyncStub
     lists: list[DeviceList] = field(default_factory=list)
+    #: ``time.monotonic()`` when the last list arrived.
+    last_list_at: float | None = None
     stream: asyncio.Task[None] | None = None
     stream_error: str | None = None
 
@@ -197,9 +199,11 @@ class KubeletStandIn:
         predicate: Callable[[], T | bool | None],
         timeout: float = 10.0,
         what: str = "a condition",
+        seen: Callable[[], str] | None = None,
     ) -> T:
         """Block until ``predicate()`` (checked on every change the stand-in sees) returns
-        something other than None or False, and return it: an empty list counts."""
+        something other than None or False, and return it: an empty list counts. A timeout
+        says what ``seen()`` reports the stand-in saw last."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
@@ -208,8 +212,9 @@ class KubeletStandIn:
                     return result  # type: ignore[return-value]
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
+                    last = f"; {seen()}" if seen is not None else ""
                     raise TimeoutError(
-                        f"kubelet stand-in: timed out after {timeout} s waiting for {what}"
+                        f"kubelet stand-in: timed out after {timeout} s waiting for {what}{last}"
                     )
                 self._cond.wait(remaining)
 
@@ -299,6 +304,7 @@ class KubeletStandIn:
                 listed = {d.ID: _device(d) for d in response.devices}
                 with self._cond:
                     endpoint.lists.append(listed)
+                    endpoint.last_list_at = time.monotonic()
                     self._cond.notify_all()
         except grpc.aio.AioRpcError as exc:
             endpoint.stream_error = f"{exc.code().name}: {exc.details()}"
@@ -395,7 +401,28 @@ class KubeletStandIn:
             return None
 
         return self.wait_until(
-            done, timeout, f"a device list of {resource!r} matching the predicate"
+            done,
+            timeout,
+            f"a device list of {resource!r} matching the predicate",
+            seen=lambda: self.last_seen(resource),
+        )
+
+    def last_seen(self, resource: str, most: int = 16) -> str:
+        """What the stand-in last saw of ``resource``: its last device list with each
+        device's health and how long ago it arrived (the first ``most`` devices)."""
+        endpoint = self.endpoints.get(resource)
+        if endpoint is None:
+            return f"{resource!r} is not registered"
+        if not endpoint.lists or endpoint.last_list_at is None:
+            error = f" (stream: {endpoint.stream_error})" if endpoint.stream_error else ""
+            return f"no device list of {resource!r} arrived{error}"
+        devices = endpoint.lists[-1]
+        shown = ", ".join(f"{i} {d.health}" for i, d in list(devices.items())[:most])
+        more = f", and {len(devices) - most} more" if len(devices) > most else ""
+        ago = time.monotonic() - endpoint.last_list_at
+        return (
+            f"the last list of {resource!r} arrived {ago:.1f} s ago with {len(devices)} "
+            f"devices: {shown or 'none'}{more}"
         )
 
     def wait_health(
