@@ -234,6 +234,20 @@ def test_serve_allocates_the_devices_asked_for_and_reports_a_refusal():
     ) in refused.stdout
 
 
+def test_serve_allocates_each_asked_id_in_the_resource_that_has_it():
+    """A multi-resource driver (rdma: an exclusive pool by PCI address, a shared one by
+    slot): --allocate asks each resource for the IDs it has, skips the other with a line
+    saying so, and exits 0."""
+    done = subprocess.run(
+        kit_command("serve", "rdma", "--node", "dgx-h100", "--allocate", "0000:18:00.0"),
+        capture_output=True, text=True, timeout=120, env=kit_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    exclusive, shared = done.stdout.split("\nrdma/hca_shared\n")
+    assert "  Allocate ['0000:18:00.0']:\n    env PCIDEVICE_RDMA_HCA=0000:18:00.0" in exclusive
+    assert "  Allocate: none of 0000:18:00.0 is a device of this resource; skipped" in shared
+
+
 def test_serve_keep_running_prints_each_new_device_list():
     """With --keep-running the driver keeps serving: a fault written into its simulated
     tree arrives as a new list with the device Unhealthy, and Ctrl-C ends it cleanly."""

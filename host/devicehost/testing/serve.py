@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -118,7 +118,14 @@ def serve_driver(
         if not resources:
             say("no resources: the driver serves nothing on this node")
             return 1
-        ok = all([_show(kubelet, resource, allocate, timeout, say) for resource in resources])
+        # A multi-resource driver's IDs each belong to one resource: each resource is asked
+        # for the requested IDs it has; an ID no resource has is still asked (and refused).
+        known = host.call(
+            lambda: {i for r in resources for i in host.host.resources[r].state.devices}
+        )
+        ok = all(
+            [_show(kubelet, resource, allocate, timeout, say, known) for resource in resources]
+        )
         if keep_running:
             _follow(kubelet, resources, say)
         return 0 if ok else 1
@@ -143,8 +150,11 @@ def _show(
     allocate: Sequence[str] | None,
     timeout: float,
     say: Any,
+    known: Collection[str] = (),
 ) -> bool:
-    """Print one resource's registration, first device list and an Allocate answer."""
+    """Print one resource's registration, first device list and an Allocate answer: of
+    the asked IDs this resource has, or of all of them when no resource of the driver
+    (``known``) has any, or of its first healthy device when none was asked."""
     say(resource)
     registration = kubelet.wait_registered(resource, timeout)
     options = registration.options
@@ -157,7 +167,12 @@ def _show(
     devices = kubelet.devices(resource)
     for line in _device_lines(devices):
         say(f"  {line}")
-    ids = list(allocate or [i for i, d in devices.items() if d.healthy][:1])
+    asked = list(allocate or [])
+    mine = [i for i in asked if i in devices]
+    if asked and not mine and any(i in known for i in asked):
+        say(f"  Allocate: none of {', '.join(asked)} is a device of this resource; skipped")
+        return True
+    ids = mine or asked or [i for i, d in devices.items() if d.healthy][:1]
     if not ids:
         say("  Allocate: no healthy device to allocate")
         return True
