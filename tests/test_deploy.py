@@ -487,7 +487,7 @@ def expected_paths(name: str) -> list[Declared]:
     drivers = [d for c, d in DRIVER_COMPONENTS.items() if uses(name, c)]
     declarations = _driver_declarations()
     config = pod_config(name)
-    if uses(name, "dra") and not any(config.api_of(r) == "dra" for r in config.resources):
+    if uses(name, "dra") and not config.serves_dra:
         # components/dra alone on the base: it is meant for a config that serves some
         # resource through DRA (overlays/nvidia-dra), as the host's paths then are.
         config = dataclasses.replace(config, resources={"example.com/any": {"api": "dra"}})

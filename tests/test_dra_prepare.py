@@ -86,11 +86,16 @@ class Node:
         self.claims = DictClaims()
         self.devices = {d.id: d for d in (gpu(0), gpu(1), gpu(2))}
 
+    @property
+    def checkpoint_path(self) -> Path:
+        """Where the plugin keeps its prepared claims."""
+        return driver_dir(self.kubelet_dir, DRIVER) / "checkpoint.json"
+
     def view(self) -> PoolView:
         return PoolView(pool=NODE, specs={RESOURCE: SPEC}, snapshots={RESOURCE: self.devices})
 
     def plugin(self, **preparer_options: Any) -> DraPlugin:
-        checkpoint = Checkpoint(driver_dir(self.kubelet_dir, DRIVER) / "checkpoint.json")
+        checkpoint = Checkpoint(self.checkpoint_path)
         preparer = Preparer(
             DRIVER, self.claims, self.view, self.cdi_dir, checkpoint, **preparer_options
         )
@@ -135,6 +140,18 @@ async def unprepare(plugin: DraPlugin, uid: str) -> dra.NodeUnprepareResourcesRe
             channel
         ).NodeUnprepareResources(request, timeout=30)
         return response
+
+
+def prepare_one(node: Node) -> dra.NodePrepareResourcesResponse:
+    """Claim ``one`` (device 1) prepared once by a fresh plugin on ``node``."""
+    node.claims.add("one", "uid-one", [name_of(1)])
+    answers: list[dra.NodePrepareResourcesResponse] = []
+
+    async def body(plugin: DraPlugin) -> None:
+        answers.append(await prepare(plugin, ("one", "uid-one")))
+
+    run(node, body)
+    return answers[0]
 
 
 def claim_specs(node: Node) -> dict[str, dict[str, Any]]:
@@ -338,25 +355,19 @@ def test_v1beta1_is_served_on_the_same_socket(node):
 
 def test_an_unreadable_checkpoint_is_kept_aside_and_the_plugin_starts(node, caplog):
     """A corrupt checkpoint is renamed .unreadable and logged; the plugin serves, empty."""
-    path = driver_dir(node.kubelet_dir, DRIVER) / "checkpoint.json"
+    path = node.checkpoint_path
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
-    node.claims.add("one", "uid-one", [name_of(1)])
-    answers: list[dra.NodePrepareResourcesResponse] = []
-
-    async def body(plugin: DraPlugin) -> None:
-        answers.append(await prepare(plugin, ("one", "uid-one")))
-
-    run(node, body)
+    answer = prepare_one(node)
     assert path.with_name("checkpoint.json.unreadable").read_text() == "{not json"
     assert "is unreadable" in caplog.text
-    assert answers[0].claims["uid-one"].error == ""
+    assert answer.claims["uid-one"].error == ""
     assert "uid-one" in json.loads(path.read_text())["claims"]
 
 
 def _checkpoint_with(node, uid: str, spec_file: str) -> Path:
     """A checkpoint naming one prepared claim, written where the plugin reads it."""
-    path = driver_dir(node.kubelet_dir, DRIVER) / "checkpoint.json"
+    path = node.checkpoint_path
     path.parent.mkdir(parents=True, exist_ok=True)
     claim = {"namespace": "ns", "name": "one", "spec_file": spec_file, "devices": []}
     path.write_text(json.dumps({"format": 1, "claims": {uid: claim}}))
@@ -397,18 +408,12 @@ def test_a_checkpoint_that_is_no_checkpoint_is_kept_aside_and_the_plugin_prepare
     """Deep nesting, bytes that are not UTF-8, a field of the wrong type, a key that is no
     UID, a device that is no object: each is kept aside as .unreadable, and the plugin
     starts empty and prepares claims."""
-    path = driver_dir(node.kubelet_dir, DRIVER) / "checkpoint.json"
+    path = node.checkpoint_path
     path.parent.mkdir(parents=True)
     path.write_bytes(content)
-    node.claims.add("one", "uid-one", [name_of(1)])
-    answers: list[dra.NodePrepareResourcesResponse] = []
-
-    async def body(plugin: DraPlugin) -> None:
-        answers.append(await prepare(plugin, ("one", "uid-one")))
-
-    run(node, body)
+    answer = prepare_one(node)
     assert path.with_name("checkpoint.json.unreadable").read_bytes() == content
-    assert answers[0].claims["uid-one"].error == ""
+    assert answer.claims["uid-one"].error == ""
 
 
 def test_a_fifo_for_a_checkpoint_neither_blocks_nor_stops_the_plugin(node):
@@ -416,17 +421,11 @@ def test_a_fifo_for_a_checkpoint_neither_blocks_nor_stops_the_plugin(node):
     prepares claims, writing its checkpoint over it."""
     import os
 
-    path = driver_dir(node.kubelet_dir, DRIVER) / "checkpoint.json"
+    path = node.checkpoint_path
     path.parent.mkdir(parents=True)
     os.mkfifo(path)
-    node.claims.add("one", "uid-one", [name_of(1)])
-    answers: list[dra.NodePrepareResourcesResponse] = []
-
-    async def body(plugin: DraPlugin) -> None:
-        answers.append(await prepare(plugin, ("one", "uid-one")))
-
-    run(node, body)
-    assert answers[0].claims["uid-one"].error == ""
+    answer = prepare_one(node)
+    assert answer.claims["uid-one"].error == ""
     assert "uid-one" in json.loads(path.read_text())["claims"]
 
 
@@ -530,7 +529,7 @@ def test_a_socket_path_too_long_is_a_clear_error(tmp_path):
 def test_a_checkpoint_that_cannot_be_written_fails_the_claim_and_leaves_no_spec(node):
     """If the checkpoint cannot be written the claim gets the error and its spec is removed,
     so nothing is prepared that a restart would not know of."""
-    blocker = driver_dir(node.kubelet_dir, DRIVER) / "checkpoint.json"
+    blocker = node.checkpoint_path
     blocker.mkdir(parents=True)  # a directory where the file must go: the write fails
     node.claims.add("one", "uid-one", [name_of(1)])
     answers: list[dra.NodePrepareResourcesResponse] = []

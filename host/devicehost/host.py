@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devicehost.config.for_node import for_this_node
-from devicehost.config.host_config import DRA_API, HostConfig
+from devicehost.config.host_config import HostConfig
 from devicehost.drivers.discovery import PluginSet
 from devicehost.drivers.early import EarlyStart
 from devicehost.drivers.ownership import Claim, ResourceTable
@@ -86,7 +86,7 @@ class Host:
         self.running.on_ready = self._driver_ready
         self.face = DevicePluginFace(config, self.telemetry, use_inotify)
         self.dra: DraFace | None = None
-        if any(section.get("api") == DRA_API for section in config.resources.values()):
+        if config.serves_dra:
             from devicehost.kubelet.dra.face import DraFace
 
             self.dra = DraFace(config, self.telemetry)

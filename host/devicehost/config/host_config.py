@@ -327,6 +327,11 @@ class HostConfig:
         """How ``resource`` reaches the kubelet: ``devicePlugin`` unless configured ``dra``."""
         return self.resources.get(resource, {}).get("api", DEVICE_PLUGIN_API)
 
+    @property
+    def serves_dra(self) -> bool:
+        """Whether any resource is configured to be served through DRA."""
+        return any(self.api_of(name) == DRA_API for name in self.resources)
+
     def to_document(self, redact: bool = False) -> dict[str, Any]:
         """The config as a HostConfig YAML document (what ``devicehost config`` prints,
         with ``redact``: credentials in the OTLP endpoint hidden)."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from devicehost.edits.policy import edits_problem
+from devicehost.edits.simulated_paths import edits_on_node
 from devicehost.errors import DriverError
 from devicehost.model import (
     MAX_DEVICE_ID_LENGTH,
@@ -73,6 +74,16 @@ def edits_from_plain(data: Any, allowed: Collection[str] = ()) -> ContainerEdits
     if problem:
         raise Invalid(problem)
     return edits
+
+
+def allocation_from_plain(
+    data: Any, allowed: Collection[str] = (), tree: Path | None = None
+) -> ContainerEdits:
+    """An ``allocate`` answer as the host uses it, whichever face asked: rebuilt and checked
+    like any driver answer (``edits_from_plain``; ``Invalid``), its host paths moved into
+    the driver's simulated ``tree`` when there is one (``edits.simulated_paths``)."""
+    edits = edits_from_plain(data, allowed)
+    return edits if tree is None else edits_on_node(edits, tree)
 
 
 def _edits_from_plain(data: Any) -> ContainerEdits:

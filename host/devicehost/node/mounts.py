@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from devicehost.config.host_config import DRA_API
 from devicehost.drivers.discovery import DRIVER_GROUP, DriverInfo
 from devicehost.drivers.process import WorkerExited, WorkerProcess
 from devicehost.drivers.validation import Invalid, host_paths_from_plain
@@ -136,7 +135,7 @@ def host_own_paths(config: HostConfig) -> list[Declared]:
                 host_path_type="DirectoryOrCreate",
             )
         )
-    dra = any(config.api_of(name) == DRA_API for name in config.resources)
+    dra = config.serves_dra
     if dra:
         for part, why in (
             ("plugins", "DRA drivers' sockets and prepared-claim checkpoints"),

@@ -19,9 +19,8 @@ import grpc
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost._proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from devicehost.drivers.snapshots import ResourceState
-from devicehost.drivers.validation import Invalid, edits_from_plain
+from devicehost.drivers.validation import Invalid, allocation_from_plain
 from devicehost.edits.compose import CompositionClash, PolicyChain, compose
-from devicehost.edits.simulated_paths import edits_on_node
 from devicehost.errors import DriverError, DriverTimeout, RequestRefused, UnknownDevice
 from devicehost.kubelet.deviceplugin.preferred import numa_map, preferred_allocation
 from devicehost.model import NO_EDITS, Allocation, Device, ResourceSpec
@@ -364,7 +363,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             span_attributes={tracing.CONTAINER_INDEX: index, tracing.REQUESTED: list(device_ids)},
         )
         try:
-            edits = edits_from_plain(answer, self.allowed_edits)
+            return allocation_from_plain(answer, self.allowed_edits, self.tree)
         except Invalid as exc:
             self.telemetry.driver_error(self.driver.name, "devicehost_allocate")
             error = DriverError(
@@ -372,7 +371,6 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             )
             log.error("%s (resource %r)", error, self.resource)
             raise driver_refusal(error) from None
-        return edits if self.tree is None else edits_on_node(edits, self.tree)
 
     async def prefer_one(self, request: pb.ContainerPreferredAllocationRequest) -> list[str]:
         available = list(dict.fromkeys(request.available_deviceIDs))

@@ -24,9 +24,8 @@ from typing import Protocol
 
 from devicehost.config.host_config import DRA_API, HostConfig
 from devicehost.drivers.ownership import Claim
-from devicehost.drivers.validation import Invalid, edits_from_plain
+from devicehost.drivers.validation import Invalid, allocation_from_plain
 from devicehost.edits.compose import PolicyChain
-from devicehost.edits.simulated_paths import edits_on_node
 from devicehost.errors import DriverError, RequestRefused, UnknownDevice
 from devicehost.kubelet.dra.attributes import facts_from_snapshot
 from devicehost.kubelet.dra.checkpoint import Checkpoint
@@ -239,17 +238,15 @@ class DraFace:
                         f"driver {driver.name!r}, resource {resource!r}: {exc}"
                     ) from None
             if hook == "devicehost_allocate":
+                allowed = self.config.allowed_edits(driver.name)
                 try:
-                    extra = edits_from_plain(answer, self.config.allowed_edits(driver.name))
+                    extra = allocation_from_plain(answer, allowed, self.trees.get(driver.name))
                 except Invalid as exc:
                     self.telemetry.driver_error(driver.name, hook)
                     raise PrepareError(
                         f"driver {driver.name!r}, resource {resource!r}: "
                         f"{hook} returned an invalid Allocation: {exc}"
                     ) from None
-                tree = self.trees.get(driver.name)
-                if tree is not None:
-                    extra = edits_on_node(extra, tree)
         return extra
 
     async def _client(self) -> ApiClient:
