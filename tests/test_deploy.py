@@ -615,7 +615,7 @@ def test_the_api_token_may_do_only_what_the_dra_face_calls(name: str) -> None:
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
-    slices = {("resource.k8s.io", "resourceslices", v) for v in ("get", "list", "create")}
+    slices = {("resource.k8s.io", "resourceslices", v) for v in ("list", "create")}
     slices |= {("resource.k8s.io", "resourceslices", v) for v in ("patch", "delete")}
     claims = {("resource.k8s.io", "resourceclaims", "get")}
     assert allowed == slices | claims | {("", "nodes", "get")}
