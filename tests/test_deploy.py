@@ -396,7 +396,8 @@ def test_only_the_ascend_dcmi_component_makes_the_pod_privileged(name: str) -> N
 @every_kustomization
 def test_unprivileged_daemonset_drops_every_capability(name: str) -> None:
     """Without ascend-dcmi: no privilege escalation, capabilities drop ALL and add none but
-    SYS_ADMIN on the devicehost container where components/nvidia-mig asks for it."""
+    SYS_ADMIN on the devicehost container where components/nvidia-mig asks for it, and
+    MKNOD where components/simulation makes simulated device nodes."""
     if uses(name, "ascend-dcmi"):
         pytest.skip("privileged by design: docs/operating.md, Security")
     pod = daemonset(name)["spec"]["template"]["spec"]
@@ -404,10 +405,10 @@ def test_unprivileged_daemonset_drops_every_capability(name: str) -> None:
         context = c.get("securityContext", {})
         assert context.get("allowPrivilegeEscalation") is False, c["name"]
         assert context.get("capabilities", {}).get("drop") == ["ALL"], c["name"]
-        mig = c["name"] == "devicehost" and uses(name, "nvidia-mig")
-        assert context.get("capabilities", {}).get("add", []) == (["SYS_ADMIN"] if mig else []), c[
-            "name"
-        ]
+        own = c["name"] == "devicehost"
+        wanted = {"SYS_ADMIN"} if own and uses(name, "nvidia-mig") else set()
+        wanted |= {"MKNOD"} if own and uses(name, "simulation") else set()
+        assert set(context.get("capabilities", {}).get("add", [])) == wanted, c["name"]
 
 
 @every_kustomization
@@ -879,7 +880,15 @@ def test_only_an_overlay_turns_simulation_on(name: str) -> None:
     """Neither the base nor any component makes the pod serve simulated hardware: a
     component added to a production overlay never advertises devices a node lacks."""
     if name not in OVERLAYS:
-        assert not {k for k in literal_env(name) if k.startswith("DEVICEHOST_SIMULATE")}
+        assert not {"DEVICEHOST_SIMULATE", "DEVICEHOST_SIMULATE_NODE"} & set(literal_env(name))
+
+
+@pytest.mark.parametrize("name", sorted(OVERLAYS))
+def test_only_a_simulating_overlay_lets_the_pod_make_device_nodes(name: str) -> None:
+    """components/simulation (CAP_MKNOD and a writable hostPath for the trees) is in an
+    overlay exactly when it simulates: no production overlay makes a device node, and a
+    simulated node's containers get the device nodes its answers name."""
+    assert uses(name, "simulation") == simulates(name), name
 
 
 @pytest.mark.parametrize("name", sorted(OVERLAYS))
@@ -922,21 +931,20 @@ def test_the_try_overlay_serves_a_simulated_dgx_h100() -> None:
 
 def test_the_walkthrough_applies_the_try_overlay_and_asks_for_what_it_serves() -> None:
     """docs/operating.md's "From nothing to a trace" applies overlays/try, looks for the
-    GPUs on the node, and its test pod asks for a resource that overlay's pod serves; the
-    trace it finds is sent to the Jaeger the overlay brings."""
+    GPUs on the node, and its test pods ask for a GPU and an HCA, both served by that
+    overlay's pod; the trace it finds is sent to the Jaeger the overlay brings."""
     text = (ROOT / "docs" / "operating.md").read_text()
     walkthrough = text[text.index("From nothing to a trace") : text.index("What you will find")]
     assert "kubectl apply -k deploy/overlays/try" in walkthrough
     assert "kubectl describe node" in walkthrough
-    (pod,) = [
+    pods = [
         doc
         for heredoc in re.findall(r"<<'EOF'\n(.*?)\n *EOF\n", walkthrough, re.DOTALL)
         for doc in yaml.safe_load_all(textwrap.dedent(heredoc))
         if doc and doc.get("kind") == "Pod"
     ]
-    (check,) = pod["spec"]["containers"]
-    asked = set(check["resources"]["limits"])
-    assert asked and asked <= set(_served("try")), asked
+    asked = {r for pod in pods for c in pod["spec"]["containers"] for r in c["resources"]["limits"]}
+    assert {"nvidia.com/gpu", "rdma/hca"} <= asked <= set(_served("try")), asked
     assert uses("try", "jaeger")
 
 

@@ -30,8 +30,9 @@ APISERVER = f"https://{CP_ADDRESS}:6443"
 OTLP_ENDPOINT = f"{CP_ADDRESS}:4317"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 # Host paths each node sees a directory of its own at (bind mounts in its mount namespace):
-# the kubelet's fixed root, its pod logs, the runtime's CDI directory, NFD's feature files
-# and the simulated machine's name (e2e only; docs/e2e.md).
+# the kubelet's fixed root, its pod logs, the runtime's CDI directory, NFD's feature files,
+# the simulated machine's name (e2e only; docs/e2e.md) and where devicehost makes that
+# machine's tree (components/simulation).
 NODE_PRIVATE_PATHS = (
     "/var/lib/kubelet",
     "/var/log/pods",
@@ -39,6 +40,7 @@ NODE_PRIVATE_PATHS = (
     "/var/run/cdi",
     "/etc/kubernetes/node-feature-discovery/features.d",
     "/run/devicehost-e2e",
+    "/var/lib/devicehost-simulation",
 )
 
 
@@ -289,7 +291,13 @@ class Cluster:
         self._make_netns(netns)
         self._link_to_control_plane(index, netns, address)
         root = self.node_dir(node.name)
-        for sub in ("kubelet", "containerd", "cni", "ipam", *(f"private{i}" for i in range(6))):
+        for sub in (
+            "kubelet",
+            "containerd",
+            "cni",
+            "ipam",
+            *(f"private{i}" for i in range(len(NODE_PRIVATE_PATHS))),
+        ):
             (root / sub).mkdir(parents=True, exist_ok=True)
         (root / "private5" / "machine").write_text(node.machine)
         # A process holding the node's own mount namespace; the node's bind mounts live there.

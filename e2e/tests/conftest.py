@@ -91,6 +91,16 @@ def wait_devicehost_ready(cluster: Cluster, nodes: list[str], timeout: float = 2
     return wait_for(ready, timeout, f"devicehost Ready on {', '.join(nodes)}", every=1)
 
 
+def rollout(cluster: Cluster, overlay: Path) -> None:
+    """Apply ``overlay`` over the running install and wait until every node's new
+    devicehost pod is Ready (a module that switches the install switches it back)."""
+    cluster.kubectl("apply", "-k", str(overlay))
+    cluster.kubectl(
+        "-n", "devicehost", "rollout", "status", "daemonset/devicehost", "--timeout=300s"
+    )
+    wait_devicehost_ready(cluster, [n.name for n in cluster.nodes])
+
+
 @pytest.fixture(scope="session")
 def installed(cluster: Cluster) -> Cluster:
     """devicehost installed as docs/operating.md tells a user: `kubectl apply -k`."""

@@ -6,14 +6,6 @@ import pytest
 from harness.cluster import Cluster
 from harness.pods import create_pod, environment, exec_in, pod_manifest, wait_running
 
-# The host makes character devices at the host paths Allocate names (simulateDir,
-# docs/operating.md), but in a pod that needs the tree on a hostPath and CAP_MKNOD, which
-# this overlay does not grant yet: until it does, a container asking for them does not start.
-NEEDS_DEVICE_NODES = pytest.mark.xfail(
-    strict=True,
-    reason="the e2e overlay does not yet put the simulated tree on a hostPath with CAP_MKNOD",
-)
-
 
 def char_devices(installed: Cluster, ns: str, pod: str, pattern: str) -> list[str]:
     """Paths matching pattern in the container that are character devices."""
@@ -31,25 +23,21 @@ def test_pod_with_two_gpus_has_them_in_its_environment(installed: Cluster, ns: s
 
 
 @pytest.mark.nodes("atlas")
-def test_ascend_pod_gets_its_chips_in_env(installed: Cluster, ns: str) -> None:
-    """huawei.com/Ascend910: 2 -> ASCEND_VISIBLE_DEVICES names two chips."""
-    create_pod(installed, ns, pod_manifest("npu", {"huawei.com/Ascend910": "2"}))
-    wait_running(installed, ns, "npu")
-    chips = environment(installed, ns, "npu")["ASCEND_VISIBLE_DEVICES"].split(",")
-    assert len(set(chips)) == 2 and all(c.isdigit() for c in chips), chips
-
-
-@NEEDS_DEVICE_NODES
-@pytest.mark.nodes("atlas")
 def test_ascend_pod_gets_davinci_character_devices(installed: Cluster, ns: str) -> None:
-    """With the Ascend driver's device nodes on: /dev/davinciN per chip, character devices."""
+    """huawei.com/Ascend910: 2, on a node without Ascend Docker Runtime (the tier's config:
+    useAscendRuntime false) -> /dev/davinciN per chip and the shared management nodes,
+    character devices, and the driver's libraries mounted read-only."""
     create_pod(installed, ns, pod_manifest("npu", {"huawei.com/Ascend910": "2"}))
     wait_running(installed, ns, "npu")
     davinci = char_devices(installed, ns, "npu", "/dev/davinci[0-9]*")
     assert len(davinci) == 2, davinci
+    shared = char_devices(installed, ns, "npu", "/dev/davinci_manager /dev/devmm_svm /dev/hisi_hdc")
+    assert shared == ["/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"], shared
+    mounted = exec_in(installed, ns, "npu", "grep ' /usr/local/Ascend/driver/lib64 ' /proc/mounts")
+    assert " ro," in mounted, mounted
+    assert "ASCEND_VISIBLE_DEVICES" not in environment(installed, ns, "npu")
 
 
-@NEEDS_DEVICE_NODES
 @pytest.mark.nodes("dgx")
 def test_exclusive_rdma_pod_gets_infiniband_character_devices(installed: Cluster, ns: str) -> None:
     """rdma/hca: 1 -> its uverbs node and rdma_cm in /dev/infiniband, character devices."""
@@ -60,7 +48,6 @@ def test_exclusive_rdma_pod_gets_infiniband_character_devices(installed: Cluster
     assert len([n for n in nodes if "uverbs" in n]) == 1, nodes
 
 
-@NEEDS_DEVICE_NODES
 @pytest.mark.nodes("dgx")
 def test_shared_rdma_pod_gets_infiniband_character_devices(installed: Cluster, ns: str) -> None:
     """rdma/hca_shared: 1 -> the shared pool's uverbs nodes, character devices."""

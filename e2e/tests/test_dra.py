@@ -24,10 +24,10 @@ from harness.pods import (
     pod,
     wait_running,
 )
-from test_health import SET_LINK
+from test_health import FIRST_HCA, SET_LINK
 from test_traces import span_names, traces
 
-from conftest import E2E, OVERLAY, devicehost_pods, wait_devicehost_ready
+from conftest import E2E, OVERLAY, devicehost_pods, rollout
 
 # DEVICEHOST_E2E_DRA_OVERLAY installs another one instead: how each scenario was seen
 # failing against a deliberately broken manifest (docs/e2e.md).
@@ -47,14 +47,6 @@ DRA_OBJECTS = (
     f"deviceclass/{HCA_DRIVER}",
 )
 MEMORY_SELECTOR = f'device.capacity["{GPU_DRIVER}"].memory.compareTo(quantity("64Gi")) >= 0'
-
-
-def rollout(cluster: Cluster, overlay: Path) -> None:
-    cluster.kubectl("apply", "-k", str(overlay))
-    cluster.kubectl(
-        "-n", "devicehost", "rollout", "status", "daemonset/devicehost", "--timeout=300s"
-    )
-    wait_devicehost_ready(cluster, [n.name for n in cluster.nodes])
 
 
 def slices(cluster: Cluster, driver: str, node: str | None = "dgx") -> list[dict]:
@@ -240,7 +232,7 @@ def test_an_unhealthy_hca_is_tainted_and_allocated_to_no_new_claim(dra: Cluster,
     devicehost = devicehost_pods(dra)["dgx"]["metadata"]["name"]
     count = len(devices(dra, HCA_DRIVER))
     generation = slices(dra, HCA_DRIVER)[0]["spec"]["pool"]["generation"]
-    exec_in(dra, "devicehost", devicehost, SET_LINK.format(up=False))
+    exec_in(dra, "devicehost", devicehost, SET_LINK.format(device=FIRST_HCA, up=False))
     try:
         wait_for(lambda: len(tainted(dra, HCA_DRIVER)) == 1, 60, "one HCA tainted")
         (taint,) = next(d for d in devices(dra, HCA_DRIVER) if d.get("taints"))["taints"]
@@ -252,7 +244,7 @@ def test_an_unhealthy_hca_is_tainted_and_allocated_to_no_new_claim(dra: Cluster,
         create_pod(dra, ns, claim_pod("hcas", "every"))
         wait_for(lambda: schedule_state(dra, ns, "hcas") == "Unschedulable", 60, "not schedulable")
     finally:
-        exec_in(dra, "devicehost", devicehost, SET_LINK.format(up=True))
+        exec_in(dra, "devicehost", devicehost, SET_LINK.format(device=FIRST_HCA, up=True))
     wait_for(lambda: tainted(dra, HCA_DRIVER) == [], 60, "the taint gone")
     wait_for(lambda: schedule_state(dra, ns, "hcas") == "Scheduled", 120, "scheduled")
     (claim,) = dra.get("-n", ns, "resourceclaims")["items"]

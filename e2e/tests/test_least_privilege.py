@@ -22,10 +22,20 @@ def rendered_daemonset(cluster: Cluster) -> dict:
     raise AssertionError("the overlay renders no DaemonSet")
 
 
+#: linux/capability.h numbers of the capabilities a devicehost overlay may add.
+CAPABILITY_BITS = {"SYS_ADMIN": 21, "MKNOD": 27}
+
+
+def capability_mask(names: list[str]) -> int:
+    """The /proc/PID/status capability mask of ``names``."""
+    return sum(1 << CAPABILITY_BITS[n] for n in names)
+
+
 @pytest.mark.nodes("dgx")
 def test_pod_runs_with_exactly_the_manifests_mounts_and_security(installed: Cluster) -> None:
-    """Mounts and security context as rendered; in the container: no capability, no new
-    privileges, seccomp filtering, a read-only root; the drivers still serve the node."""
+    """Mounts and security context as rendered; in the container: no capability but those
+    the manifests add (the tier's simulated device nodes need MKNOD), no new privileges,
+    seccomp filtering, a read-only root; the drivers still serve the node."""
     want = rendered_daemonset(installed)["spec"]["template"]["spec"]
     pod = devicehost_pods(installed)["dgx"]
     got = pod["spec"]
@@ -41,12 +51,13 @@ def test_pod_runs_with_exactly_the_manifests_mounts_and_security(installed: Clus
     assert {v["name"]: v.get("hostPath") for v in got["volumes"]} == {
         v["name"]: v.get("hostPath") for v in want["volumes"]
     }
+    added = capability_mask(wanted["securityContext"].get("capabilities", {}).get("add", []))
     name = pod["metadata"]["name"]
     host, zygote, workers = devicehost_tree(installed, "devicehost", name)
     for pid in (host, zygote, *workers):
         status = exec_in(installed, "devicehost", name, f"cat /proc/{pid}/status")
         fields = {k: v.strip() for k, v in (ln.split(":", 1) for ln in status.splitlines())}
-        assert int(fields["CapEff"], 16) == 0 and int(fields["CapPrm"], 16) == 0, status
+        assert int(fields["CapEff"], 16) == int(fields["CapPrm"], 16) == added, status
         assert fields["NoNewPrivs"] == "1" and fields["Seccomp"] == "2", status
     write = exec_in(installed, "devicehost", name, "touch /probe 2>&1; true")
     assert "Read-only file system" in write, write

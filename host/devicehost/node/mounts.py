@@ -162,6 +162,18 @@ def host_own_paths(config: HostConfig) -> list[Declared]:
                 host_path_type="DirectoryOrCreate",
             )
         )
+    # Where simulated trees are made, when the config names a place (a hostPath, so the
+    # container runtime finds the device nodes and files an answer names there).
+    if config.simulate_dir:
+        own.append(
+            Declared(
+                HOST,
+                str(config.simulate_dir),
+                "simulated nodes' trees (simulateDir), seen by the runtime at the same path",
+                writable=True,
+                host_path_type="DirectoryOrCreate",
+            )
+        )
     if config.feature_file:
         own.append(
             Declared(
