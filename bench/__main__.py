@@ -11,7 +11,7 @@ import argparse
 import json
 import time
 
-from bench import benchmarks
+from bench import benchmarks, hostile_files
 from bench.harness import Workspace, write_result
 from bench.stop_time import stop_time
 
@@ -26,6 +26,8 @@ FULL = {
     "idle_seconds": 60.0,
     "stops": 10,
     "bound_calls": 2000,
+    "hostile_calls": 2000,
+    "hostile_rounds": 3,
 }
 QUICK = {
     "runs": 2,
@@ -38,6 +40,8 @@ QUICK = {
     "idle_seconds": 10.0,
     "stops": 3,
     "bound_calls": 300,
+    "hostile_calls": 300,
+    "hostile_rounds": 1,
 }
 
 
@@ -68,6 +72,9 @@ def main() -> None:
         "stop_time": lambda ws: stop_time(ws, int(n["stops"])),
         "worker_liveness": benchmarks.worker_liveness,
         "memory_bound": lambda ws: benchmarks.memory_bound(ws, int(n["bound_calls"])),
+        "hostile_files": lambda ws: hostile_files.hostile_files(
+            ws, int(n["hostile_calls"]), int(n["hostile_rounds"])
+        ),
     }
     for name, run in plan.items():
         if args.only and name not in args.only:

@@ -24,14 +24,18 @@ from bench.harness import (
     REPO,
     VENDOR_DRIVERS,
     WARMUP,
+    NoMemoryCgroup,
     Workspace,
     allocate_latencies,
     call_latencies,
+    cgroup_figures,
     client_and_servers_apart,
     cpu_ms_by_process,
     devicehost_command,
     healthy_device,
+    in_cgroup,
     median_of,
+    memory_cgroup,
     minimal_command,
     process_tree,
     running,
@@ -729,42 +733,19 @@ def worker_liveness(ws: Workspace) -> dict[str, Any]:
     }
 
 
-MEMORY_CGROUPS = Path("/sys/fs/cgroup/memory")
-POD_MEMORY_LIMIT = 256 * 1024 * 1024  # the DaemonSet's memory limit (deploy/)
-
-
-def _cgroup_figures(cgroup: Path) -> dict[str, Any]:
-    control = dict(
-        line.split() for line in (cgroup / "memory.oom_control").read_text().splitlines()
-    )
-    return {
-        "max_usage_mib": round(int((cgroup / "memory.max_usage_in_bytes").read_text()) / 2**20, 1),
-        "limit_hits": int((cgroup / "memory.failcnt").read_text()),
-        "oom_kills": int(control.get("oom_kill", 0)),
-    }
-
-
 def memory_bound(ws: Workspace, count: int) -> dict[str, Any]:
     """The host tree inside a 256 MiB memory cgroup (v1) while the flood driver sends the
     largest enumerations the host accepts, back to back: is anything OOM-killed, and how
     much does a good driver's Allocate p99 move against the same host quiet."""
-    cgroup = MEMORY_CGROUPS / f"dh-bench-{os.getpid()}"
     try:
-        cgroup.mkdir()
-    except OSError as exc:  # cgroup v2, or not root: nothing to measure in
+        with memory_cgroup(f"dh-bench-{os.getpid()}") as cgroup:
+            return _memory_bound_in(ws, cgroup, count)
+    except NoMemoryCgroup as exc:
         return {
             "what": "the host tree inside a 256 MiB memory cgroup (v1) under a flood",
-            "skipped": f"cannot make a memory cgroup under {MEMORY_CGROUPS}: {exc}",
+            "skipped": str(exc),
             "goals": {},
         }
-    try:
-        (cgroup / "memory.limit_in_bytes").write_text(str(POD_MEMORY_LIMIT))
-        with contextlib.suppress(OSError):  # no swap accounting: the limit is RAM alone
-            (cgroup / "memory.memsw.limit_in_bytes").write_text(str(POD_MEMORY_LIMIT))
-        return _memory_bound_in(ws, cgroup, count)
-    finally:
-        with contextlib.suppress(OSError):
-            cgroup.rmdir()
 
 
 def _memory_bound_in(ws: Workspace, cgroup: Path, count: int) -> dict[str, Any]:
@@ -774,7 +755,7 @@ def _memory_bound_in(ws: Workspace, cgroup: Path, count: int) -> dict[str, Any]:
         plugin_dir, "--drivers", "scale,flood", "--root", str(ws.root), "--config", str(config)
     )
     # The host joins the cgroup before it execs, so every process of its tree is inside.
-    joined = ["sh", "-c", f'echo $$ > {cgroup / "cgroup.procs"} && exec "$@"', "sh", *command]
+    joined = in_cgroup(cgroup, command)
     flood = ws.root / "flood"
     with KubeletStandIn(plugin_dir, start=True) as kubelet, running(joined, ws.env()) as host:
         wait_resources(kubelet, 2)
@@ -790,7 +771,7 @@ def _memory_bound_in(ws: Workspace, cgroup: Path, count: int) -> dict[str, Any]:
         flood.unlink()
         enumerations = int(scans.read_text()) - before
         alive = host.poll() is None
-        figures = _cgroup_figures(cgroup)
+        figures = cgroup_figures(cgroup)
     ratio = round(flooded["p99_ms"] / quiet["p99_ms"], 3)
     never_killed = alive and figures["oom_kills"] == 0
     return {

@@ -354,3 +354,46 @@ def write_result(name: str, result: dict[str, Any]) -> Path:
     }
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path
+
+
+MEMORY_CGROUPS = Path("/sys/fs/cgroup/memory")
+POD_MEMORY_LIMIT = 256 * 1024 * 1024  # the DaemonSet's memory limit (deploy/)
+
+
+class NoMemoryCgroup(Exception):
+    """cgroup v2, or not root: nothing to measure in."""
+
+
+@contextlib.contextmanager
+def memory_cgroup(name: str) -> Iterator[Path]:
+    """A fresh v1 memory cgroup limited as the DaemonSet's pod is, removed afterwards."""
+    cgroup = MEMORY_CGROUPS / name
+    try:
+        cgroup.mkdir()
+    except OSError as exc:
+        raise NoMemoryCgroup(f"cannot make a memory cgroup under {MEMORY_CGROUPS}: {exc}") from exc
+    try:
+        (cgroup / "memory.limit_in_bytes").write_text(str(POD_MEMORY_LIMIT))
+        with contextlib.suppress(OSError):  # no swap accounting: the limit is RAM alone
+            (cgroup / "memory.memsw.limit_in_bytes").write_text(str(POD_MEMORY_LIMIT))
+        yield cgroup
+    finally:
+        with contextlib.suppress(OSError):
+            cgroup.rmdir()
+
+
+def in_cgroup(cgroup: Path, command: list[str]) -> list[str]:
+    """``command`` joining ``cgroup`` before it execs, so every process of its tree is in."""
+    return ["sh", "-c", f'echo $$ > {cgroup / "cgroup.procs"} && exec "$@"', "sh", *command]
+
+
+def cgroup_figures(cgroup: Path) -> dict[str, Any]:
+    """Peak memory, limit hits and OOM kills of ``cgroup`` so far."""
+    control = dict(
+        line.split() for line in (cgroup / "memory.oom_control").read_text().splitlines()
+    )
+    return {
+        "max_usage_mib": round(int((cgroup / "memory.max_usage_in_bytes").read_text()) / 2**20, 1),
+        "limit_hits": int((cgroup / "memory.failcnt").read_text()),
+        "oom_kills": int(control.get("oom_kill", 0)),
+    }

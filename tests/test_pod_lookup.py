@@ -37,6 +37,28 @@ def test_concurrent_lookups_share_one_list_call(tmp_path: Path) -> None:
     assert calls == 1
 
 
+def test_a_costly_answer_is_reused_for_nine_times_what_it_cost(tmp_path: Path) -> None:
+    """An answer that took 0.5 s to get and index serves the lookups of the next 4.5 s
+    (FRESH_SECONDS alone would ask again after 25 ms): however large a node's answers,
+    lookups take at most a tenth of the host's time."""
+    with PodResourcesStandIn(tmp_path / "pr.sock", delay=0.5) as pods:
+        pods.assign("shop", "web-0", "main", RES, ["dev-0"])
+        resolver = PodResolver(tmp_path / "pr.sock")
+
+        async def main() -> list:
+            try:
+                first = await resolver.lookup(RES, ["dev-0"])
+                await asyncio.sleep(0.1)  # well past FRESH_SECONDS
+                return [first, await resolver.lookup(RES, ["dev-0"])]
+            finally:
+                await resolver.close()
+
+        found = asyncio.run(main())
+        calls = pods.calls
+    assert [identity.pod for identity in found] == ["web-0", "web-0"]
+    assert calls == 1
+
+
 def test_an_answer_over_the_bound_costs_only_the_identity(tmp_path: Path) -> None:
     """A List answer over the resolver's bound is refused by gRPC: the lookup finds no pod,
     and raises nothing."""

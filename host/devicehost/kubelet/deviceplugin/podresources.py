@@ -34,6 +34,11 @@ MAX_ANSWER_BYTES = 4 * 1024 * 1024
 #: An answer this fresh is reused by every lookup instead of asking again (half the first
 #: retry delay, so a retry always asks anew).
 FRESH_SECONDS = 0.025
+#: ... or, when getting and indexing it took longer, for this many times what it took: on
+#: a node whose answers are large (45 000 pods: 2 MB), lookups then take at most a tenth
+#: of the host's time, and Allocates barely move (docs/reliability.md, the hostile_files
+#: benchmark). A new pod's lookup waits for a fresh answer through its retries (3 s).
+REUSE_PER_COST = 9.0
 
 #: (resource, device ID) → (pod, namespace, container) of one List answer
 Index = dict[tuple[str, str], tuple[str, str, str]]
@@ -55,8 +60,9 @@ class PodResolver:
     """Looks device IDs up in the kubelet's PodResources List.
 
     However many Allocates want a pod at once, one List call is in flight at a time and
-    its answer serves every one of them (and any lookup within ``FRESH_SECONDS``); the
-    answer, at most ``MAX_ANSWER_BYTES``, is indexed in a thread, never on the event loop.
+    its answer serves every one of them (and any lookup within ``FRESH_SECONDS``, or
+    ``REUSE_PER_COST`` times what the answer cost); the answer, at most
+    ``MAX_ANSWER_BYTES``, is indexed in a thread, never on the event loop.
     """
 
     def __init__(
@@ -78,6 +84,7 @@ class PodResolver:
         self._said_absent = False
         self._listing: asyncio.Future[Index | None] | None = None
         self._answer: tuple[float, Index] | None = None
+        self._fresh_for = FRESH_SECONDS
 
     @property
     def enabled(self) -> bool:
@@ -119,7 +126,7 @@ class PodResolver:
         """A fresh List answer's index: the one just taken, the one being taken, or a new
         one; None when the kubelet did not answer."""
         loop = asyncio.get_running_loop()
-        if self._answer is not None and loop.time() - self._answer[0] <= FRESH_SECONDS:
+        if self._answer is not None and loop.time() - self._answer[0] <= self._fresh_for:
             return self._answer[1]
         if self._listing is None or self._listing.done():
             self._listing = asyncio.ensure_future(self._list())
@@ -132,13 +139,17 @@ class PodResolver:
                 options=[("grpc.max_receive_message_length", self.max_answer_bytes)],
             )
         stub = pr_grpc.PodResourcesListerStub(self._channel)
+        loop = asyncio.get_running_loop()
+        asked = loop.time()
         try:
             response = await stub.List(pr.ListPodResourcesRequest(), timeout=self.call_timeout)
         except grpc.aio.AioRpcError as exc:
             log.debug("PodResources List failed: %s", exc.details())
             return None
         index = await asyncio.to_thread(index_of, response)
-        self._answer = (asyncio.get_running_loop().time(), index)
+        now = loop.time()
+        self._answer = (now, index)
+        self._fresh_for = max(FRESH_SECONDS, REUSE_PER_COST * (now - asked))
         return index
 
     async def resolve(self, resource: str, device_ids: Sequence[str]) -> PodIdentity | None:
