@@ -600,6 +600,7 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "scanIntervalSeconds": SECONDS,
     "watchedScanIntervalSeconds": SECONDS,
     "hookTimeoutSeconds": SECONDS,
+    "podIdentityTimeoutSeconds": SECONDS,
     "driverStartTimeoutSeconds": SECONDS,
     "registration.initialBackoffSeconds": SECONDS,
     "registration.maxBackoffSeconds": SECONDS,

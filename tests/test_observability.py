@@ -526,3 +526,42 @@ def test_shutdown_delivers_buffered_spans():
         assert receiver.named("last words") == []
         tracing.shutdown(flush_seconds=UNHURRIED_SECONDS)
         assert len(receiver.named("last words")) == 1
+
+
+def test_pods_listed_late_on_a_busy_node_are_each_found(traced, kubelet, receiver, plugin_dir):
+    """Issue 36, item 4: three containers allocated at once, on a node so busy that
+    PodResources lists them only 4 s later (past the 3 s the lookup used to try for):
+    within the lookup window (podIdentityTimeoutSeconds) each Allocate's PodIdentity
+    span names its own pod."""
+    with PodResourcesStandIn(plugin_dir / "pod-resources.sock") as pods:
+        traced(pod_identity_timeout=30.0)
+        for index in range(3):
+            kubelet.allocate(RES, [[f"dev-{index}"]])
+        time.sleep(4.0)  # the kubelet records the assignments late
+        for index in range(3):
+            pods.assign("shop", f"web-{index}", "main", RES, [f"dev-{index}"])
+        receiver.wait_for(
+            lambda _: len(receiver.named("devicehost/PodIdentity")) == 3, 30, "3 identities"
+        )
+    found = {
+        attributes(s)["devicehost.device_ids.requested"][0]: attributes(s)["k8s.pod.name"]
+        for s in receiver.named("devicehost/PodIdentity")
+    }
+    assert found == {"dev-0": "web-0", "dev-1": "web-1", "dev-2": "web-2"}
+
+
+def test_a_pod_never_listed_is_counted_and_logged_as_unresolved(
+    traced, kubelet, receiver, plugin_dir, caplog
+):
+    """An allocation PodResources never lists within the window: the Allocate span stays
+    without a pod, devicehost_pod_identity_unresolved_total counts it and a line says why."""
+    with PodResourcesStandIn(plugin_dir / "pod-resources.sock"):
+        host = traced(pod_identity_timeout=1.0)
+        with caplog.at_level(logging.INFO, logger="devicehost"):
+            kubelet.allocate(RES, [["dev-3"]])
+            metrics = host.host.telemetry.metrics
+            unresolved = metrics.pod_identity_unresolved
+            eventually(lambda: host.call(lambda: unresolved.value(resource=RES)) == 1, 20)
+    assert not receiver.named("devicehost/PodIdentity")
+    (line,) = [r.getMessage() for r in caplog.records if "no pod found" in r.getMessage()]
+    assert RES in line and "dev-3" in line and "1 s" in line

@@ -40,6 +40,7 @@ examples:
   devicehost config --config host.yaml    check a config file; print the effective config
   devicehost mounts --output kustomize    the host paths the pod must mount, as a patch
   devicehost new-driver acme              write a standalone driver project to start from
+  devicehost trace my-pod -n team-a       that pod's start from Jaeger, as a waterfall
 
 After `make setup` the command is .venv/bin/devicehost (or `.tools/bin/uv run devicehost`).
 """
@@ -210,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument(
         "--resource", metavar="DOMAIN/NAME", help="resource name (default: NAME.example.com/widget)"
     )
+    from devicehost.cli import trace
+
+    _add_config_flags(trace.add_parser(commands), (), helps, top_level=True)
     return parser
 
 
@@ -419,6 +423,10 @@ def _command(args: argparse.Namespace) -> int:
         for step in next_steps(dest):
             print(f"  {step}")
         return 0
+    if args.command == "trace":
+        from devicehost.cli.trace import run
+
+        return run(args)
     if args.command == "demo" and args.list_nodes:
         from devicehost.cli.demo import list_nodes
 

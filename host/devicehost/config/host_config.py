@@ -274,6 +274,7 @@ class HostConfig:
     scan_interval: float = 10.0
     watched_scan_interval: float = 60.0
     hook_timeout: float = 10.0
+    pod_identity_timeout: float = 30.0
     driver_start_timeout: float = 30.0
     initial_backoff: float = 0.1
     max_backoff: float = 10.0
@@ -416,6 +417,14 @@ SETTINGS: tuple[Setting, ...] = (
         "DEVICEHOST_WATCHED_SCAN_INTERVAL",
         "seconds between safety re-enumerations of a driver whose watch hook reports "
         "changes itself",
+    ),
+    Setting(
+        "podIdentityTimeoutSeconds",
+        "pod_identity_timeout",
+        _positive_float,
+        "DEVICEHOST_POD_IDENTITY_TIMEOUT",
+        "seconds an allocation's pod is looked for in PodResources (a pod on a busy node "
+        "can take tens of seconds to be listed); then its spans go without, counted",
     ),
     Setting(
         "hookTimeoutSeconds",

@@ -49,6 +49,8 @@ class Telemetry:
     metrics: Metrics = field(default_factory=Metrics)
     resolver: PodLookup = field(default_factory=NoPodLookup)
     _pending: set[asyncio.Task[None]] = field(default_factory=set)
+    #: resources whose unresolved pod lookups were logged at INFO once already
+    _unresolved_said: set[str] = field(default_factory=set)
 
     @classmethod
     def from_config(
@@ -90,7 +92,19 @@ class Telemetry:
     ) -> None:
         identity = await self.resolver.resolve(resource, device_ids)
         if identity is None:
-            log.debug("no pod found for %s %s", resource, list(device_ids))
+            self.metrics.pod_identity_unresolved.inc(resource=resource)
+            first = resource not in self._unresolved_said
+            self._unresolved_said.add(resource)
+            log.log(
+                logging.INFO if first else logging.DEBUG,
+                "resource %s: no pod found holding %s within %g s (PodResources did not list "
+                "them, or is absent): its Allocate span carries no pod; counted in "
+                "devicehost_pod_identity_unresolved_total%s",
+                resource,
+                ", ".join(device_ids),
+                self.resolver.timeout,
+                ", further ones of this resource logged at debug" if first else "",
+            )
             return
         from opentelemetry import trace
         from opentelemetry.trace import Link, NonRecordingSpan

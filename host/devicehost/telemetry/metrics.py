@@ -302,6 +302,13 @@ class Metrics:
             "Failed attempts to publish a DRA driver's ResourceSlices, by DRA driver; retried.",
             ("driver",),
         )
+        self.pod_identity_unresolved = Counter(
+            self,
+            "devicehost_pod_identity_unresolved_total",
+            "Allocated containers whose pod PodResources never listed within "
+            "podIdentityTimeoutSeconds (their spans carry no pod), by resource.",
+            ("resource",),
+        )
         self._series: tuple[Counter | Histogram, ...] = (
             self.allocations,
             self.allocate_duration,
@@ -315,6 +322,7 @@ class Metrics:
             self.driver_start_failures,
             self.helper_deaths,
             self.slice_publish_errors,
+            self.pod_identity_unresolved,
         )
 
     def series_of(self, metric: Counter | Histogram, labels: dict[str, str]) -> Series:

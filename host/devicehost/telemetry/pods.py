@@ -27,11 +27,16 @@ class PodLookup(Protocol):
     @property
     def enabled(self) -> bool: ...
 
+    @property
+    def timeout(self) -> float:
+        """Seconds ``resolve`` keeps looking."""
+
     async def lookup(self, resource: str, device_ids: Sequence[str]) -> PodIdentity | None:
         """One quick look; None when not found."""
 
     async def resolve(self, resource: str, device_ids: Sequence[str]) -> PodIdentity | None:
-        """Look, retrying briefly while the kubelet has not recorded the allocation yet."""
+        """Look, retrying for ``timeout`` seconds while the kubelet has not recorded the
+        allocation yet."""
 
     async def close(self) -> None: ...
 
@@ -40,6 +45,7 @@ class NoPodLookup:
     """The lookup to use when PodResources is off: finds nobody."""
 
     enabled = False
+    timeout = 0.0
 
     async def lookup(self, resource: str, device_ids: Sequence[str]) -> PodIdentity | None:
         return None

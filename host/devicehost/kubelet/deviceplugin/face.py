@@ -220,4 +220,8 @@ def pod_resolver(config: HostConfig) -> PodLookup:
     otherwise)."""
     from devicehost.kubelet.deviceplugin.podresources import PodResolver
 
-    return PodResolver(config.pod_resources_socket, checkpoint=config.plugin_dir / CHECKPOINT_FILE)
+    return PodResolver(
+        config.pod_resources_socket,
+        checkpoint=config.plugin_dir / CHECKPOINT_FILE,
+        timeout=config.pod_identity_timeout,
+    )

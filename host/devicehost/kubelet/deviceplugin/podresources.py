@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import grpc
@@ -26,6 +26,10 @@ from devicehost.telemetry.pods import PodIdentity
 log = logging.getLogger(__name__)
 
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
+#: Look for this long (podIdentityTimeoutSeconds): after the delays above, every last one
+#: again. A pod on a busy node can take tens of seconds to show in List (three pods
+#: allocated together once got one identity of three within the delays alone).
+TIMEOUT_SECONDS = 30.0
 CALL_TIMEOUT_SECONDS = 1.0
 #: A List answer is read at most this large: a pod with devices takes a few hundred bytes
 #: (45 000 pods answered 2 MB), and a larger answer is refused by gRPC, costing spans
@@ -72,12 +76,14 @@ class PodResolver:
         call_timeout: float = CALL_TIMEOUT_SECONDS,
         checkpoint: Path | None = None,
         max_answer_bytes: int = MAX_ANSWER_BYTES,
+        timeout: float = TIMEOUT_SECONDS,
     ) -> None:
         """``checkpoint``: the kubelet's ``kubelet_internal_checkpoint``, for pod UIDs
         (None: spans carry none)."""
         self.socket = socket
         self.checkpoint = DeviceCheckpoint(checkpoint) if checkpoint is not None else None
         self.retry_delays = tuple(retry_delays)
+        self.timeout = timeout
         self.call_timeout = call_timeout
         self.max_answer_bytes = max_answer_bytes
         self._channel: grpc.aio.Channel | None = None
@@ -153,11 +159,15 @@ class PodResolver:
         return index
 
     async def resolve(self, resource: str, device_ids: Sequence[str]) -> PodIdentity | None:
-        """Retry ``lookup`` while the kubelet records the assignment; None if it never shows.
-        A pod found without its UID is asked for again while the checkpoint exists, and
-        returned as found when the retries run out."""
+        """Retry ``lookup`` while the kubelet records the assignment (for ``timeout``
+        seconds); None if it never shows.
+        A pod found without its UID is asked for again while the checkpoint exists, for
+        as long as ``retry_delays`` add up to (the kubelet writes the checkpoint just
+        after List shows the pod), and returned as found then."""
         found = None
-        for delay in self.retry_delays:
+        uid_deadline = None
+        loop = asyncio.get_running_loop()
+        for delay in self._delays():
             await asyncio.sleep(delay)
             identity = await self.lookup(resource, device_ids) or found
             found = identity
@@ -165,7 +175,20 @@ class PodResolver:
                 return identity
             if not self._available():
                 return found
+            if found is not None:
+                uid_deadline = uid_deadline or loop.time() + sum(self.retry_delays)
+                if loop.time() >= uid_deadline:
+                    return found
         return found
+
+    def _delays(self) -> Iterator[float]:
+        """``retry_delays``, then the last of them again, until ``timeout`` is spent."""
+        spent = 0.0
+        delays = list(self.retry_delays)
+        while delays and spent < self.timeout:
+            delay = min(delays.pop(0) if len(delays) > 1 else delays[0], self.timeout - spent)
+            spent += delay
+            yield delay
 
     def _checkpoint_exists(self) -> bool:
         return self.checkpoint is not None and self.checkpoint.path.exists()
