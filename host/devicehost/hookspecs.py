@@ -140,7 +140,12 @@ def devicehost_enumerate(resource: str) -> Sequence[Device]:
 
 
 @hookspec
-def devicehost_watch(resource: str, notify: Callable[[], None], stop: threading.Event) -> None:
+def devicehost_watch(
+    resource: str,
+    notify: Callable[[], None],
+    stop: threading.Event,
+    enumerated: Callable[[], Sequence[Device]],
+) -> None:
     """Block, waiting for vendor events about ``resource``; call ``notify()`` on each.
 
     Optional. Runs in a dedicated thread for the life of the process. ``notify()`` is
@@ -148,6 +153,13 @@ def devicehost_watch(resource: str, notify: Callable[[], None], stop: threading.
     in milliseconds rather than one scan interval. Return when ``stop`` is set (wait on
     it with a short timeout between vendor calls). If the hook raises, it is restarted
     after a back-off and the scan interval still applies.
+
+    A watch that polls state rather than receiving events compares what it sees with
+    ``enumerated()`` — the devices your ``devicehost_enumerate`` last returned for
+    ``resource``, which is what the kubelet was told — and notifies when they differ.
+    Comparing with its own last look instead misses a state an enumeration caught
+    between two looks (a fault that cleared within one poll): the kubelet would keep it
+    until the next safety scan. Take the parameter only if you use it.
     """
 
 

@@ -155,13 +155,20 @@ def devicehost_enumerate(resource: str) -> Sequence[Device]:
 
 
 @hookimpl
-def devicehost_watch(resource: str, notify: Callable[[], None], stop: threading.Event) -> None:
-    """Poll health files (cheap) and notify on any change: a stand-in for vendor events."""
-    seen = {n: _read_health(settings.root, n) for n in _names(settings.root)}
+def devicehost_watch(
+    resource: str,
+    notify: Callable[[], None],
+    stop: threading.Event,
+    enumerated: Callable[[], Sequence[Device]],
+) -> None:
+    """Poll health files (cheap), a stand-in for vendor events, and notify whenever they
+    differ from what the kubelet was last told (``enumerated()``, the host's copy of this
+    driver's last enumerate). Not from this loop's own last look: a fault an enumeration
+    caught that cleared before the next look would then never be reported cleared."""
     while not stop.wait(WATCH_PERIOD_SECONDS):
+        told = {d.id: d.health for d in enumerated()}
         now = {n: _read_health(settings.root, n) for n in _names(settings.root)}
-        if now != seen:
-            seen = now
+        if now != told:
             notify()
 
 

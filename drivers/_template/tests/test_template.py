@@ -6,11 +6,14 @@ The kit's fixtures (``fake_root``, ``kubelet``, ``run_host``) come with deviceho
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
+from devicehost_template import driver
 from devicehost_template.driver import MACHINE, MACHINE_WIDGETS, NAME, RESOURCE, VISIBLE
 
 from devicehost import Health
-from devicehost.testing import ConformanceError, FakeRoot, check_driver
+from devicehost.testing import ConformanceError, FakeRoot, check_driver, watch_notifies
 
 
 def test_conformance_on_simulated_node(fake_root: FakeRoot) -> None:
@@ -78,3 +81,18 @@ def test_widgets_carry_their_product_name(kubelet, run_host) -> None:
     kubelet.wait_devices(RESOURCE, lambda devices: len(devices) == 4)
     devices = host.call(lambda: dict(host.host.resources[RESOURCE].state.devices))
     assert {d.attributes.product for d in devices.values()} == {"Example Widget 2000"}
+
+
+def test_watch_notifies_when_what_the_kubelet_was_told_no_longer_holds(
+    fake_root: FakeRoot,
+) -> None:
+    """The flip-and-revert: an enumeration caught widget1 faulty and the fault cleared
+    before the watch looked again. The watch compares the files with what was enumerated
+    (not with its own last look), so it notifies, and the host enumerates Healthy again;
+    while they agree it stays quiet."""
+    driver.devicehost_simulate(root=fake_root.path, config={}, node="")
+    driver.devicehost_configure(config={}, root=fake_root.path)
+    now = list(driver.devicehost_enumerate(resource=RESOURCE))
+    told = [replace(d, health=Health.UNHEALTHY) if d.id == "widget1" else d for d in now]
+    assert watch_notifies(driver, RESOURCE, told)
+    assert not watch_notifies(driver, RESOURCE, now, timeout=0.5)

@@ -136,9 +136,13 @@ class AscendDriver:
 
     @hookimpl
     def devicehost_watch(
-        self, resource: str, notify: Callable[[], None], stop: threading.Event
+        self,
+        resource: str,
+        notify: Callable[[], None],
+        stop: threading.Event,
+        enumerated: Callable[[], Sequence[Device]],
     ) -> None:
-        self.node.watch(resource, notify, stop)
+        self.node.watch(resource, notify, stop, enumerated)
 
     # -- kubelet requests ----------------------------------------------------------------------
 

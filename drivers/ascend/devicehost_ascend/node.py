@@ -205,16 +205,23 @@ class AscendNode:
 
     # -- watching ------------------------------------------------------------------------------
 
-    def watch(self, resource: str, notify: Callable[[], None], stop: threading.Event) -> None:
-        """Notify on every pushed fault event and on any change seen by polling."""
+    def watch(
+        self,
+        resource: str,
+        notify: Callable[[], None],
+        stop: threading.Event,
+        enumerated: Callable[[], Sequence[Device]],
+    ) -> None:
+        """Notify on every pushed fault event, and whenever a poll's health differs from
+        what the host was last told (``enumerated()``): compared with the previous poll
+        instead, a fault an enumeration caught that cleared within one poll would stay
+        Unhealthy at the kubelet until the next safety scan."""
         if self.faults is not None:
             self.faults.add(notify)
         try:
-            seen = self.snapshot(resource)
             while not stop.wait(self.config.health_poll_seconds):
-                now = self.snapshot(resource)
-                if now != seen:
-                    seen = now
+                told = {d.id: d.health for d in enumerated()}
+                if self.snapshot(resource) != told:
                     notify()
         finally:
             if self.faults is not None:

@@ -223,9 +223,19 @@ class StopEvent(threading.Event):
 def watching(
     node: AscendNode, resource: str = RESOURCE
 ) -> tuple[threading.Event, threading.Event, threading.Thread]:
-    """Run the watch in a thread until it is waiting; returns (notified, stop, thread)."""
+    """Run the watch in a thread until it is waiting, as the host runs it: each notify
+    re-enumerates, and ``enumerated()`` answers the last enumeration; returns (notified,
+    stop, thread)."""
     notified, stop = threading.Event(), StopEvent()
-    thread = threading.Thread(target=node.watch, args=(resource, notified.set, stop), daemon=True)
+    told = [node.enumerate(resource)]
+
+    def notify() -> None:
+        told[0] = node.enumerate(resource)
+        notified.set()
+
+    thread = threading.Thread(
+        target=node.watch, args=(resource, notify, stop, lambda: told[0]), daemon=True
+    )
     thread.start()
     assert stop.waited.wait(10)
     return notified, stop, thread
@@ -295,3 +305,25 @@ def test_refused_subscription_falls_back_to_polling_with_a_note(fake_root: FakeR
     assert (
         "no fault-event subscription (dcmi_subscribe_fault_event returned -8002)" in again.notes[0]
     )
+
+
+def test_polling_reports_a_told_fault_that_cleared_between_polls(fake_root: FakeRoot) -> None:
+    """The flip-and-revert: an enumeration told the kubelet chip 2 was faulty, and the
+    fault cleared before the next poll. The poll compares with what was told, not with
+    the previous poll, so it notifies and the host enumerates the chip Healthy again."""
+    sim = SimulatedDcmi(SimulatedDcmi.preset("ascend910x8").cards, fault_events=False)
+    node = open_simulated(fake_root, sim, healthPollSeconds=0.05)
+    sim.inject_fault(2)
+    told = node.enumerate(RESOURCE)
+    sim.recover(2)
+    assert any(d.health == Health.UNHEALTHY for d in told)
+    notified, stop = threading.Event(), threading.Event()
+    thread = threading.Thread(
+        target=node.watch, args=(RESOURCE, notified.set, stop, lambda: told), daemon=True
+    )
+    thread.start()
+    try:
+        assert notified.wait(10)
+    finally:
+        stop.set()
+        thread.join(10)

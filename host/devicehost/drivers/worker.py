@@ -93,6 +93,8 @@ class Worker:
         self._stop = threading.Event()
         #: the resources the last ``resources`` call named (for ``then_enumerate``)
         self._early_resources: list[str] = []
+        #: resource → what the driver's enumerate last returned for it, for its watch
+        self._enumerated: dict[str, tuple[Any, ...]] = {}
 
     # -- channel ---------------------------------------------------------------------------
 
@@ -182,6 +184,11 @@ class Worker:
         result = caller(**kwargs)
         if caller.spec is not None and not caller.spec.opts.get("firstresult"):
             result = result[0] if result else None
+        if hook == "devicehost_enumerate" and (
+            isinstance(result, (list, tuple)) or inspect.isgenerator(result)
+        ):
+            result = tuple(result)  # kept whole for the watch, once consumed
+            self._enumerated[str(kwargs.get("resource"))] = result
         return result
 
     def _run_call(self, call_id: int, hook: str, kwargs: dict[str, Any]) -> None:
@@ -259,6 +266,7 @@ class Worker:
                     resource=resource,
                     notify=lambda: self.send({"notify": resource}),
                     stop=self._stop,
+                    enumerated=lambda: self._enumerated.get(resource, ()),
                 )
                 delay = 1.0
             except BaseException as exc:

@@ -9,6 +9,7 @@
 - ``OtlpReceiver``: an in-process OTLP/gRPC trace receiver.
 - ``PodResourcesStandIn``: the kubelet's PodResources API on a unix socket.
 - ``write_distribution``: make a module discoverable through entry points, no wheel needed.
+- ``watch_notifies``: run a driver's watch as the host does; did it notify?
 - pytest fixtures (``fake_root``, ``plugin_dir``, ``kubelet``, ``host_config``,
   ``run_host``) arrive through the ``pytest11`` entry point.
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from devicehost.testing.otlp import OtlpReceiver as OtlpReceiver
     from devicehost.testing.podresources import PodResourcesStandIn as PodResourcesStandIn
     from devicehost.testing.serve import serve_driver as serve_driver
+    from devicehost.testing.watching import watch_notifies as watch_notifies
 
 _HOMES = {
     "ConformanceError": "conformance",
@@ -44,6 +46,7 @@ _HOMES = {
     "OtlpReceiver": "otlp",
     "PodResourcesStandIn": "podresources",
     "serve_driver": "serve",
+    "watch_notifies": "watching",
 }
 
 __all__ = sorted(_HOMES)
