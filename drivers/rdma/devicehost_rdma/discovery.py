@@ -11,6 +11,9 @@ Layout read (every path under ``root``)::
     /sys/module/ib_core/parameters/netns_mode → Y shared, N exclusive
     /sys/bus/auxiliary/devices/<drv>.rdma.<n> → a PCI function with RDMA enabled, even
                                                  while its RDMA device is in a pod's netns
+    /sys/bus/pci/devices/<PF>/virtfnN         → its VFs, RDMA functions as the PF is when
+                                                 bound to its driver (kernels without
+                                                 the auxiliary bus)
 
 ``<ibdev>/device`` is the PCI function itself for mlx5, but the auxiliary device below it
 for drivers on the auxiliary bus (irdma: ``0000:2f:00.0/ice.roce.0/infiniband/<ibdev>``);
@@ -207,6 +210,35 @@ def rdma_functions(root: Path) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def vf_functions(root: Path, hcas: Collection[Hca]) -> list[str]:
+    """PCI addresses of the SR-IOV VFs (``virtfn*`` links) of each physical function in
+    ``hcas`` that are bound to the same NIC driver as that PF: RDMA functions as their PF
+    is, whether or not their RDMA device is visible in this namespace.
+
+    The kernel's auxiliary RDMA device (``rdma_functions``) says the same where it exists;
+    a kernel without the auxiliary bus (before 5.11, where mlx5_ib binds the PCI function
+    itself) shows nothing of a VF whose RDMA device and netdev went into a pod but its
+    PCI function, which never leaves the host. Listing from PCI, as the SR-IOV network
+    device plugin does, keeps such a VF (in use, not gone) for every selector.
+    """
+    found = []
+    for hca in hcas:
+        if hca.physfn or not hca.pci_address or not hca.driver:
+            continue
+        function_dir = pci_path(root, hca.pci_address)
+        if function_dir is None:
+            continue
+        for link in _entries(function_dir):
+            if not link.name.startswith("virtfn"):
+                continue
+            address = _link_name(link)
+            if address and _PCI_ADDRESS.match(address):
+                vf_dir = pci_path(root, address)
+                if vf_dir is not None and _link_name(vf_dir / "driver") == hca.driver:
+                    found.append(address)
+    return found
+
+
 def discover(
     root: Path, only: Collection[str] | None = None, *, include_away: bool = False
 ) -> list[Hca]:
@@ -223,9 +255,10 @@ def discover(
     hcas = [read_hca(root, name, char_devices, devices_dir) for name in names]
     if include_away:
         seen = {hca.pci_address for hca in hcas}
-        for address in rdma_functions(root):
+        for address in [*rdma_functions(root), *vf_functions(root, list(hcas))]:
             if address in seen:
                 continue
+            seen.add(address)
             fields = _function_fields(root, address, devices_dir)
             if fields is not None:
                 hcas.append(Hca(name="", away=True, **fields))

@@ -119,3 +119,40 @@ def test_a_vf_pool_lists_vfs_already_inside_pods_at_start(
         edits = kubelet.allocate("rdma/vf", [[address]])[0]
         assert edits.envs["PCIDEVICE_RDMA_VF"] == address
         assert not [d for d in edits.devices if "uverbs" in d.host_path]
+
+
+@pytest.mark.parametrize("auxiliary_bus", [True, False], ids=["auxiliary-bus", "no-auxiliary-bus"])
+@pytest.mark.parametrize(
+    "selectors",
+    [
+        # The SR-IOV network device plugin's usual VF selectors: vendor, VF device ID and
+        # kernel driver, no interface names.
+        {"vendors": ["15b3"], "deviceIDs": ["1018"], "drivers": ["mlx5_core"]},
+        {"functionTypes": ["vf"], "pfNames": ["ens3f0"]},
+    ],
+    ids=["vendor-device-driver", "pfNames"],
+)
+def test_a_vf_pool_keeps_every_vf_inside_pods_across_a_restart(
+    fake_root: FakeRoot, kubelet: KubeletStandIn, run_host, selectors: dict, auxiliary_bus: bool
+) -> None:
+    """Issue 37, item 1: 8 VFs in exclusive namespace mode, 2 of them (RDMA device and
+    netdev) inside pods. A VF's PCI function never leaves the host, so a pool lists all 8,
+    Healthy, whatever its selectors, before and after devicehost restarts; also on a
+    kernel without the auxiliary bus (before 5.11), where nothing but the PF's virtfn
+    links shows the two."""
+    names = sriov_hca(fake_root, vfs=8, netns_mode="N")
+    if not auxiliary_bus:
+        for entry in sorted(fake_root.at("/sys/bus/auxiliary/devices").iterdir()):
+            fake_root.remove(f"/sys/bus/auxiliary/devices/{entry.name}")
+    pool = exclusive_pool("rdma/vf", **selectors)
+    settings = {"enabled_drivers": ("rdma",), "drivers": {"rdma": {"pools": [pool]}}}
+    host = run_host(**settings)
+    kubelet.wait_devices("rdma/vf", lambda d: len(d) == 8, timeout=30)
+    for name in names[1:3]:
+        move_to_pod_netns(fake_root, name)
+    host.stop()
+    run_host(**settings)
+    kubelet.wait_registered("rdma/vf", count=2, timeout=30)  # the new host's own list
+    devices = kubelet.wait_devices("rdma/vf", lambda d: len(d) > 0, timeout=30)
+    assert sorted(devices) == [f"0000:60:{fn // 8:02x}.{fn % 8}" for fn in range(2, 10)]
+    assert {d.health for d in devices.values()} == {"Healthy"}
