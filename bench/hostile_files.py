@@ -37,9 +37,9 @@ from bench.harness import (
 from bench.receiver import receiver_process
 from bench.scale_driver import RESOURCE as SCALE_RESOURCE
 from devicehost.testing import KubeletStandIn
+from devicehost.testing.checkpoint import CHECKPOINT_FILE as CHECKPOINT
 from devicehost.testing.podresources import PodResourcesStandIn
 
-CHECKPOINT = "kubelet_internal_checkpoint"
 #: A case plants its input in the plugin directory and the PodResources stand-in; what it
 #: returns is called when the case ends (a rewriting thread stopped).
 Setup = Callable[[Path, PodResourcesStandIn], Callable[[], None]]
