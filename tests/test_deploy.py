@@ -800,7 +800,12 @@ def checked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Checked]:
         here.mkdir()
         config = here / "config.yaml"
         config.write_text(host_config(name))
-        pod_env = {k: v for k, v in literal_env(name).items() if k != "DEVICEHOST_CONFIG"}
+        # The tree goes to the scratch TMPDIR, never the pod's simulation hostPath.
+        pod_env = {
+            k: v
+            for k, v in literal_env(name).items()
+            if k not in ("DEVICEHOST_CONFIG", "DEVICEHOST_SIMULATE_DIR")
+        }
         return Checked(check_config(config, here, **pod_env), here / "root")
 
     with ThreadPoolExecutor() as pool:
@@ -902,11 +907,14 @@ def test_every_overlay_serves_a_vendor_or_simulates(name: str) -> None:
 @functools.cache
 def _served(name: str) -> dict[str, Any]:
     """`devicehost devices --json` on the HostConfig of ``name`` with the pod's DEVICEHOST_*
-    env (its simulation settings): what the pod would advertise to its kubelet."""
+    env (its simulation settings): what the pod would advertise to its kubelet. The pod's
+    paths are left out: its simulated tree is made in the scratch directory, never in the
+    host path the pod mounts (DEVICEHOST_SIMULATE_DIR)."""
+    pod_paths = ("DEVICEHOST_CONFIG", "DEVICEHOST_ROOT", "DEVICEHOST_SIMULATE_DIR")
     env = {
         k: v
         for k, v in literal_env(name).items()
-        if k.startswith("DEVICEHOST_") and k not in ("DEVICEHOST_CONFIG", "DEVICEHOST_ROOT")
+        if k.startswith("DEVICEHOST_") and k not in pod_paths
     }
     with tempfile.TemporaryDirectory() as scratch:
         config = Path(scratch) / "config.yaml"
