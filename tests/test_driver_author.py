@@ -306,6 +306,23 @@ def test_check_command_passes_a_keeping_driver_and_lists_a_breaking_ones_problem
     assert "allocate accepted the unknown ID" in failed.stdout
 
 
+def test_check_on_a_machine_without_the_hardware_says_what_to_type():
+    """`check ascend --node dgx-h100` (a machine with no NPU) says so in shell terms: the
+    driver has nothing there, and the options that give it something (--node, --root), not
+    the Python API's keywords."""
+    result = subprocess.run(
+        kit_command("check", "ascend", "--node", "dgx-h100"),
+        capture_output=True, text=True, timeout=120, env=kit_env(),
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "driver 'ascend' has nothing to check on the simulated machine 'dgx-h100'" in (
+        result.stdout
+    )
+    assert "--node NAME" in result.stdout and "devicehost demo --list-nodes" in result.stdout
+    assert "--root /" in result.stdout
+    assert "check_driver" not in result.stdout and "simulated=True" not in result.stdout
+
+
 def test_serve_an_unknown_node_is_a_config_error():
     """serve refuses a --node no machine has, listing the known ones (exit 2)."""
     result = subprocess.run(

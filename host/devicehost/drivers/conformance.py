@@ -32,10 +32,15 @@ KUBELET_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 
 
 class ConformanceError(AssertionError):
-    """The driver broke the hook contract; the message lists every problem found."""
+    """The driver broke the hook contract; the message lists every problem found.
 
-    def __init__(self, driver: str, problems: list[str]) -> None:
+    ``unavailable`` is the driver's own reason when it had nothing to check on that root
+    (no hardware there), so a caller can say what to try in its own terms."""
+
+    def __init__(self, driver: str, problems: list[str], unavailable: str = "") -> None:
+        self.driver = driver
         self.problems = problems
+        self.unavailable = unavailable
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"driver {driver!r} failed {len(problems)} conformance checks:\n{lines}")
 
@@ -240,6 +245,7 @@ async def _run(
                 f"the driver is unavailable on this root: {exc} (give check_driver a root "
                 "with its hardware, or simulated=True)"
             ],
+            unavailable=str(exc),
         ) from exc
     battery.problems += [f"resources returned an invalid resource: {p}" for p in problems]
     names = [s.name for s in specs]

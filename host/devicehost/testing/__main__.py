@@ -86,7 +86,7 @@ def _check(args: argparse.Namespace) -> int:
                 timeout=args.timeout,
             )
         except ConformanceError as exc:
-            print(exc)
+            print(_nothing_to_check(args, exc) if exc.unavailable else exc)
             return 1
     print(f"driver {report.driver}: every conformance check passed")
     for resource, count in report.devices.items():
@@ -94,6 +94,23 @@ def _check(args: argparse.Namespace) -> int:
     hook, seconds = report.slowest_hook
     print(f"  slowest hook: {hook} ({seconds * 1000:.0f} ms)")
     return 0
+
+
+def _nothing_to_check(args: argparse.Namespace, exc: Any) -> str:
+    """The driver found none of its hardware: say where it looked and what to type instead."""
+    where = (
+        f"under {args.root}"
+        if args.root is not None
+        else f"on the simulated machine {args.node!r}"
+        if args.node
+        else "on its default simulated machine"
+    )
+    return (
+        f"driver {exc.driver!r} has nothing to check {where}: {exc.unavailable}\n"
+        f"  simulate a machine that has its hardware: python -m devicehost.testing check "
+        f"{args.name} --node NAME (devicehost demo --list-nodes lists them)\n"
+        f"  or read a node's own tree, on a node with the hardware: --root /"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
