@@ -177,13 +177,16 @@ class ResourceSpec:
     ``edits`` go to every container that gets any device of the resource (shared device
     nodes such as ``/dev/nvidiactl``). ``joined_envs`` names the env variables that
     several devices contribute to: their values are joined with commas, de-duplicated, in
-    request order (``NVIDIA_VISIBLE_DEVICES``). Any other variable set by two devices must
-    agree, or the Allocate is refused as a clash.
+    request order (``NVIDIA_VISIBLE_DEVICES``). ``indexed_envs`` names the variables each
+    device sets once for a numbered copy: a container gets ``NAME0``, ``NAME1``, … in the
+    order it asked for its devices (Intel QAT's ``QAT0``…), and never ``NAME`` itself. Any
+    other variable set by two devices must agree, or the Allocate is refused as a clash.
     """
 
     name: str
     edits: ContainerEdits = NO_EDITS
     joined_envs: tuple[str, ...] = ()
+    indexed_envs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         problem = resource_name_problem(self.name)
@@ -191,11 +194,29 @@ class ResourceSpec:
             raise ValueError(problem)
         if type(self.joined_envs) is not tuple:
             object.__setattr__(self, "joined_envs", tuple(self.joined_envs))
+        if type(self.indexed_envs) is not tuple:
+            object.__setattr__(self, "indexed_envs", tuple(self.indexed_envs))
+        problem = _indexed_problem(self)
+        if problem:
+            raise ValueError(f"resource {self.name!r}: {problem}")
 
     @property
     def socket_name(self) -> str:
         """The socket's file name in the device-plugin directory: unique per resource."""
         return "devicehost-" + re.sub(r"[^A-Za-z0-9_.-]", "_", self.name) + ".sock"
+
+
+def _indexed_problem(spec: ResourceSpec) -> str | None:
+    """Why ``spec``'s indexed env cannot be composed, or None: each name is a variable only
+    devices set, and neither joined nor set by the resource for every container."""
+    for name in spec.indexed_envs:
+        if not isinstance(name, str) or not name:
+            return f"indexed_envs must be env variable names, got {name!r}"
+        if name in spec.joined_envs:
+            return f"env {name!r} is both joined and indexed"
+        if name in spec.edits.envs:
+            return f"its own edits set the indexed env {name!r}, which only devices may set"
+    return None
 
 
 #: The longest attribute string: DRA's limit for a string or version attribute.

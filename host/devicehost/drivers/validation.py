@@ -241,6 +241,7 @@ def spec_from_plain(data: Any, plugin_dir: Path, allowed: Collection[str] = ()) 
             name=name,
             edits=edits_from_plain(data.get("edits"), allowed),
             joined_envs=tuple(_list(data.get("joined_envs", []), "joined_envs")),
+            indexed_envs=tuple(_list(data.get("indexed_envs", []), "indexed_envs")),
         )
     except ValueError as exc:
         raise Invalid(str(exc)) from None

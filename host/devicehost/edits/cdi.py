@@ -20,7 +20,8 @@ project (github.com/cncf-tags/container-device-interface):
 
 What CDI cannot carry stays in the Allocate answer: env variables several devices join
 (``ResourceSpec.joined_envs``; CDI appends env entries, so two devices would set one
-variable twice), container annotations (CDI's ``annotations`` are metadata about the
+variable twice) or number (``ResourceSpec.indexed_envs``: a device's number depends on
+the container's request), container annotations (CDI's ``annotations`` are metadata about the
 spec, never applied to the container), CDI names the devices declare themselves, and the
 driver's ``allocate`` answer.
 """
@@ -184,7 +185,7 @@ def minimum_version(document: Mapping[str, Any]) -> str:
 def spec_document(spec: ResourceSpec, devices: Iterable[Device]) -> dict[str, Any] | None:
     """The CDI spec for a resource's devices, or None when it has none (CDI refuses a spec
     without devices). Devices keep the snapshot's order."""
-    joined = frozenset(spec.joined_envs)
+    joined = frozenset(spec.joined_envs) | frozenset(spec.indexed_envs)
     entries = []
     for device in devices:
         name = device_name(device.id)
@@ -398,11 +399,12 @@ class CdiWriter:
         """The Allocate answer in CDI mode, from ``composed`` (the composed edits, after
         the driver's ``allocate`` answer and the policies): the devices' CDI names first;
         without what the spec applies (the declared device nodes, mounts and env other
-        than joined env); with everything else (joined env, annotations, declared CDI
-        names, and what ``allocate`` or a policy added, which no spec holds)."""
+        than joined and indexed env); with everything else (joined and numbered env,
+        annotations, declared CDI names, and what ``allocate`` or a policy added, which no
+        spec holds)."""
         names = self.names(spec.name, devices, ids)
         declared = [spec.edits, *(devices[i].edits for i in ids)]
-        joined = frozenset(spec.joined_envs)
+        joined = frozenset(spec.joined_envs) | frozenset(spec.indexed_envs)
         in_spec_env = {(k, v) for e in declared for k, v in e.envs.items() if k not in joined}
         in_spec_nodes = {n for e in declared for n in e.devices}
         in_spec_mounts = {m for e in declared for m in e.mounts}

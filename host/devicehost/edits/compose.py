@@ -40,19 +40,30 @@ def _join(values: Iterable[str]) -> str:
 
 
 class _Composer:
-    def __init__(self, joined: Iterable[str]) -> None:
+    def __init__(self, joined: Iterable[str], indexed: Iterable[str] = ()) -> None:
         self.joined = frozenset(joined)
+        self.indexed = frozenset(indexed)
         self.envs: dict[str, str] = {}
         self.joined_parts: dict[str, list[str]] = {}
+        self.numbered: dict[str, int] = {}
         self.annotations: dict[str, str] = {}
         self.nodes: dict[str, DeviceNode] = {}
         self.mounts: dict[str, Mount] = {}
         self.cdi: dict[str, None] = {}
 
-    def add(self, edits: ContainerEdits, source: str) -> None:
+    def add(self, edits: ContainerEdits, source: str, device: bool = False) -> None:
         for key, value in edits.envs.items():
             if key in self.joined:
                 self.joined_parts.setdefault(key, []).append(value)
+            elif key in self.indexed:
+                if not device:
+                    raise CompositionClash(
+                        f"env {key!r} is indexed: only devices set it (the container gets "
+                        f"{key}0, {key}1, …), but {source} sets it"
+                    )
+                number = self.numbered.get(key, 0)
+                self.numbered[key] = number + 1
+                self._put(self.envs, "env", f"{key}{number}", value, source)
             else:
                 self._put(self.envs, "env", key, value, source)
         for key, value in edits.annotations.items():
@@ -93,15 +104,16 @@ def compose(
     extra: ContainerEdits = NO_EDITS,
 ) -> ContainerEdits:
     """The edits of one container that gets ``device_ids``: the resource's edits once, then
-    each device's in request order, then ``extra`` (the driver's ``allocate`` answer).
+    each device's in request order (an indexed variable numbered in that order), then
+    ``extra`` (the driver's ``allocate`` answer), merged by the same rules.
 
     Raises ``CompositionClash`` for contradicting edits and ``KeyError`` for an unknown ID
     (the servicer has refused those already).
     """
-    composer = _Composer(spec.joined_envs)
+    composer = _Composer(spec.joined_envs, spec.indexed_envs)
     composer.add(spec.edits, f"resource {spec.name!r}")
     for device_id in device_ids:
-        composer.add(devices[device_id].edits, f"device {device_id!r}")
+        composer.add(devices[device_id].edits, f"device {device_id!r}", device=True)
     if extra:
         composer.add(extra, "the driver's allocate answer")
     return composer.result()
