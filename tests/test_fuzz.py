@@ -602,6 +602,7 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "hookTimeoutSeconds": SECONDS,
     "podIdentityTimeoutSeconds": SECONDS,
     "driverStartTimeoutSeconds": SECONDS,
+    "unavailableRetrySeconds": st.one_of(SECONDS, st.sampled_from([0, "0", "0.0"])),
     "registration.initialBackoffSeconds": SECONDS,
     "registration.maxBackoffSeconds": SECONDS,
     "registration.rejectedBackoffSeconds": SECONDS,

@@ -3,8 +3,9 @@
 What a driver needs is here: ``hookimpl`` to mark hook functions, the model it returns
 (``ResourceSpec``, ``Device``, ``Health``, ``ContainerEdits`` (alias ``Allocation``), ``Mount``,
 ``DeviceNode``, ``HostPath``) and the
-exceptions it raises (``DriverUnavailable``, ``UnknownDevice``), and ``natural_key`` to order
-device names as people do (``gpu-2`` before ``gpu-10``). Everything else is the
+exceptions it raises (``DriverUnavailable``, ``UnknownDevice``), ``natural_key`` to order
+device names as people do (``gpu-2`` before ``gpu-10``), and ``resources_changed`` to tell
+the host its resource list changed. Everything else is the
 host's business. The testing kit is ``devicehost.testing``.
 """
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
         RequestRefused,
         UnknownDevice,
     )
-    from devicehost.hookspecs import hookimpl
+    from devicehost.hookspecs import hookimpl, resources_changed
     from devicehost.model import (
         Allocation,
         ContainerEdits,
@@ -60,6 +61,7 @@ _PUBLIC = {
         "devicehost.errors",
     ),
     "hookimpl": "devicehost.hookspecs",
+    "resources_changed": "devicehost.hookspecs",
     "natural_key": "devicehost.model",
     **dict.fromkeys(
         (
@@ -119,4 +121,5 @@ __all__ = [
     "__version__",
     "hookimpl",
     "natural_key",
+    "resources_changed",
 ]

@@ -34,7 +34,8 @@ class ConfigError(DevicehostError):
 class DriverUnavailable(DevicehostError):
     """Raised by a driver (on import, ``configure`` or ``resources``) when this node lacks
     its hardware or vendor library. The host lists the driver as *unavailable* with this
-    message as the reason and carries on with the others. Not an error: say why, plainly.
+    message as the reason, carries on with the others, and starts the driver again every
+    ``unavailableRetrySeconds`` (60 s; 0: never). Not an error: say why, plainly.
     """
 
 

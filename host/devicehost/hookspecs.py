@@ -36,6 +36,20 @@ PROJECT = "devicehost"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
+#: Set by the driver's worker process to send the signal to the host; None elsewhere.
+_send_resources_changed: Callable[[], None] | None = None
+
+
+def resources_changed() -> None:
+    """Tell the host that this driver's resources changed (a PF's services reconfigured,
+    VFs created after start): it calls ``devicehost_resources`` again at once, serving a
+    new name and withdrawing one no longer listed. Cheap and thread-safe; call it from a
+    watch or a thread of your own. Outside a worker (a driver's own unit test) it does
+    nothing. Without it the host still re-asks on each safety scan."""
+    send = _send_resources_changed
+    if send is not None:
+        send()
+
 
 # -- start-up ----------------------------------------------------------------------------
 
@@ -73,7 +87,8 @@ def devicehost_configure(config: Mapping[str, Any], root: Path, simulated: bool)
         library shipped with the driver instead of the real one.
 
     Raise ``devicehost.DriverUnavailable`` when this node has no such hardware or vendor
-    library; the driver is then listed as unavailable with your message.
+    library; the driver is then listed as unavailable with your message, and started
+    again every ``unavailableRetrySeconds`` (60) in case the hardware appears.
     """
 
 
@@ -81,8 +96,10 @@ def devicehost_configure(config: Mapping[str, Any], root: Path, simulated: bool)
 def devicehost_resources() -> Sequence[ResourceSpec]:
     """Return the resources this driver serves on this node.
 
-    Called once after ``configure``. An empty sequence means "nothing here" and is
-    normal on a heterogeneous fleet. Each resource gets its own socket and registration.
+    Called after ``configure``, and again on each safety scan and after
+    ``devicehost.resources_changed()``: a name newly listed is served, a name no longer
+    listed is withdrawn. An empty sequence means "nothing here" and is normal on a
+    heterogeneous fleet. Each resource gets its own socket and registration.
     A resource name another driver declares too is served by neither (docs/operating.md).
     """
 

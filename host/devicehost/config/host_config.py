@@ -57,6 +57,19 @@ def _positive_float(value: Any) -> float:
     return number
 
 
+def _seconds_or_never(value: Any) -> float:
+    """A positive number of seconds, or 0 for never."""
+    try:
+        if not isinstance(value, bool) and float(value) == 0:
+            return 0.0
+    except (TypeError, ValueError, OverflowError):
+        pass
+    try:
+        return _positive_float(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (or 0 for never)") from None
+
+
 def _count(low: int, high: int) -> Callable[[Any], int]:
     """A parser of a whole number from ``low`` to ``high`` (a limit: docs/reliability.md)."""
 
@@ -276,6 +289,7 @@ class HostConfig:
     hook_timeout: float = 10.0
     pod_identity_timeout: float = 30.0
     driver_start_timeout: float = 30.0
+    unavailable_retry_interval: float = 60.0
     initial_backoff: float = 0.1
     max_backoff: float = 10.0
     rejected_backoff: float = 60.0
@@ -440,6 +454,14 @@ SETTINGS: tuple[Setting, ...] = (
         "DEVICEHOST_DRIVER_START_TIMEOUT",
         "seconds a driver's worker process may take to import the driver (and, under "
         "--simulate, to build its simulated node) before it is restarted",
+    ),
+    Setting(
+        "unavailableRetrySeconds",
+        "unavailable_retry_interval",
+        _seconds_or_never,
+        "DEVICEHOST_UNAVAILABLE_RETRY",
+        "seconds between tries of a driver that found none of its hardware, so hardware "
+        "created after start (VFs a provisioning step makes) is served; 0: never",
     ),
     Setting(
         "registration.initialBackoffSeconds",

@@ -96,6 +96,16 @@ class ResourceTable:
             self.on_claimed(claim)
         return states
 
+    def release(self, driver: DriverHandle, name: str) -> None:
+        """``driver`` no longer lists ``name``: withdraw it (its streams ended,
+        ``on_withdrawn``). A name it does not own is left alone."""
+        claim = self.claims.get(name)
+        if claim is None or claim.driver is not driver:
+            return
+        del self.claims[name]
+        claim.state.close()
+        self.on_withdrawn(claim)
+
     def _contest(self, name: str, driver: DriverHandle, owner: Claim | None) -> None:
         """Refuse ``name`` for ``driver`` and for every driver that declared it before,
         withdrawing it from the one serving it (its streams ended, ``on_withdrawn``)."""

@@ -134,6 +134,8 @@ class WorkerProcess:
         self.group = group
         self.on_notify = on_notify
         self.on_watch_error = on_watch_error
+        #: the driver called ``devicehost.resources_changed()``
+        self.on_resources_changed: Callable[[], None] = lambda: None
         self.log_level = log_level
         self.pid: int | None = None
         #: Zombie descendants at the last count, and how many restart the worker.
@@ -352,6 +354,8 @@ class WorkerProcess:
                 self._volunteering.set_result(None)
         elif "notify" in message:
             self.on_notify(str(message["notify"]))
+        elif "resources_changed" in message:
+            self.on_resources_changed()
         elif "watch_error" in message:
             self.on_watch_error(str(message["watch_error"]), str(message.get("message", "")))
         elif "pong" in message:

@@ -31,7 +31,8 @@ from devicehost.drivers.validation import notes_from_plain, resources_from_plain
 from devicehost.drivers.zygote import Zygote
 from devicehost.edits.compose import PolicyChain
 from devicehost.edits.simulated_paths import spec_on_node
-from devicehost.errors import DriverError
+from devicehost.errors import DriverError, DriverUnavailable
+from devicehost.model import ResourceSpec
 from devicehost.simulation.trees import driver_root, make_sim_root, remove_sim_root
 from devicehost.system import supervision
 from devicehost.telemetry.facade import Telemetry
@@ -260,6 +261,8 @@ class RunningDrivers:
             prestarted=self._early.workers.pop(info.name, None) if self._early else None,
             on_task_restart=self.telemetry.task_restarted,
             on_start_failure=lambda name: metrics.driver_start_failures.inc(driver=name),
+            on_resources_changed=functools.partial(self._resources_changed, info.name),
+            unavailable_retry=self.config.unavailable_retry_interval,
         )
         handle.max_zombies = self.config.max_zombies_per_driver
         self.handles[info.name] = handle
@@ -269,6 +272,11 @@ class RunningDrivers:
                 functools.partial(handle.supervise, self._bring_up, self._on_down(handle)),
             )
         )
+
+    def _resources_changed(self, driver: str) -> None:
+        scanner = self.scanners.get(driver)
+        if scanner is not None:
+            scanner.resources_changed()
 
     def _notify_driver(self, driver: str, resource: str) -> None:
         scanner = self.scanners.get(driver)
@@ -295,9 +303,50 @@ class RunningDrivers:
                 log.error("driver %r is not started: %s", name, reason, extra=CONFIG_REFUSED)
                 raise DriverFinal() from None
             raise
-        raw_specs = await process.call("devicehost_resources", timeout)
+        specs, problems = self._specs(name, await process.call("devicehost_resources", timeout))
+        tree = self.simulated_root(name)
+        notes = notes_from_plain(await process.call("devicehost_notes", timeout))
+        handle.info.notes = notes + [f"resource refused: {p}" for p in problems]
+        states = self.table.claim(handle, specs, first)
+        for claim in self.table.of(handle):
+            if claim.spec.name not in states:  # listed by its last run, not by this one
+                log.warning(
+                    "driver %r no longer lists resource %r: withdrawn (its socket removed)",
+                    name,
+                    claim.spec.name,
+                )
+                self.table.release(handle, claim.spec.name)
+        # A driver whose watch notices changes is re-enumerated only as a safety net: the
+        # scans are most of an idle node's CPU (docs/performance.md).
+        watched = handle.implements("devicehost_watch")
+        scanner = Scanner(
+            handle,
+            states,
+            config.watched_scan_interval if watched else config.scan_interval,
+            timeout,
+            on_error=self.telemetry.driver_error,
+            tree=tree,
+            max_devices=config.max_devices_per_resource,
+            allowed_edits=config.allowed_edits(name),
+        )
+        scanner.refresh = functools.partial(self._refresh, handle, process, scanner)
+        self.scanners[name] = scanner
+        await scanner.scan_once()
+        if self.on_ready is not None:
+            await self.on_ready(handle, states)
+        # A change between the first snapshot and the watch's own baseline would be missed:
+        # the worker notifies once as each watch starts, and the scan that follows sees it.
+        process.start_watches(list(states))
+        task = self._supervised(f"scan-{name}", scanner.run)
+        self._scan_tasks[name] = task
+        process.exited.add_done_callback(lambda _: task.cancel())
+
+    def _specs(self, name: str, raw: object) -> tuple[list[ResourceSpec], list[str]]:
+        """The driver's answer to ``resources``, checked and capped, and what was refused
+        (logged and counted)."""
+        config = self.config
         specs, problems = resources_from_plain(
-            name, raw_specs, config.plugin_dir, config.allowed_edits(name)
+            name, raw, config.plugin_dir, config.allowed_edits(name)
         )
         if len(specs) > config.max_resources_per_driver:
             past = specs[config.max_resources_per_driver :]
@@ -313,32 +362,44 @@ class RunningDrivers:
         for problem in problems:
             log.error("driver %r, hook devicehost_resources: %s; resource refused", name, problem)
             self.telemetry.driver_error(name, "devicehost_resources")
-        notes = notes_from_plain(await process.call("devicehost_notes", timeout))
-        handle.info.notes = notes + [f"resource refused: {p}" for p in problems]
-        states = self.table.claim(handle, specs, first)
-        # A driver whose watch notices changes is re-enumerated only as a safety net: the
-        # scans are most of an idle node's CPU (docs/performance.md).
-        watched = handle.implements("devicehost_watch")
-        scanner = Scanner(
-            handle,
-            states,
-            config.watched_scan_interval if watched else config.scan_interval,
-            timeout,
-            on_error=self.telemetry.driver_error,
-            tree=tree,
-            max_devices=config.max_devices_per_resource,
-            allowed_edits=config.allowed_edits(name),
-        )
-        self.scanners[name] = scanner
+        return specs, problems
+
+    async def _refresh(
+        self, handle: DriverHandle, process: WorkerProcess, scanner: Scanner
+    ) -> None:
+        """Ask the running driver for its resources again: serve a name it now lists (its
+        first snapshot first, then its watch) and withdraw one it no longer does. A
+        resource whose spec changed keeps the one it was served with until the driver's
+        next start. ``DriverUnavailable`` now withdraws them all; a failing call changes
+        nothing."""
+        name, states = handle.name, scanner.states
+        try:
+            raw = await process.call("devicehost_resources", self.config.hook_timeout)
+        except DriverUnavailable as exc:
+            log.warning("driver %r now finds none of its hardware: %s", name, exc)
+            raw = []
+        except DriverError as exc:
+            self.telemetry.driver_error(name, exc.hook)
+            log.error("%s; its resources stay as they are", exc)
+            return
+        specs, _ = self._specs(name, raw)
+        listed = {spec.name for spec in specs}
+        for gone in [r for r in states if r not in listed]:
+            log.warning(
+                "driver %r no longer lists resource %r: withdrawn (its socket removed)",
+                name,
+                gone,
+            )
+            self.table.release(handle, gone)
+            del states[gone]
+        added = self.table.claim(handle, [s for s in specs if s.name not in states], False)
+        if not added:
+            return
+        states.update(added)
         await scanner.scan_once()
         if self.on_ready is not None:
-            await self.on_ready(handle, states)
-        # A change between the first snapshot and the watch's own baseline would be missed:
-        # the worker notifies once as each watch starts, and the scan that follows sees it.
-        process.start_watches(list(states))
-        task = self._supervised(f"scan-{name}", scanner.run)
-        self._scan_tasks[name] = task
-        process.exited.add_done_callback(lambda _: task.cancel())
+            await self.on_ready(handle, added)
+        process.start_watches(list(added))
 
     def _on_down(self, handle: DriverHandle) -> Callable[[str], None]:
         def down(why: str) -> None:

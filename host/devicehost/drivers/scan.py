@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from devicehost.drivers.snapshots import ResourceState
@@ -37,7 +37,7 @@ class Scanner:
     def __init__(
         self,
         driver: DriverHandle,
-        states: Mapping[str, ResourceState],
+        states: dict[str, ResourceState],
         interval: float,
         timeout: float,
         on_error: Callable[[str, str], None] | None = None,
@@ -59,9 +59,18 @@ class Scanner:
         self.allowed_edits = allowed_edits
         self._wake = asyncio.Event()
         self._reported: set[str] = set()
+        #: asks the driver for its resources again, adding and withdrawing states (set by
+        #: the driver side); run on each interval scan and after ``resources_changed()``
+        self.refresh: Callable[[], Awaitable[None]] | None = None
+        self._resources_changed = False
 
     def notify(self, resource: str = "") -> None:
         """Re-enumerate now (called on the event loop when the worker says ``notify``)."""
+        self._wake.set()
+
+    def resources_changed(self) -> None:
+        """Ask for the resources again now, then re-enumerate (the driver said so)."""
+        self._resources_changed = True
         self._wake.set()
 
     async def scan_once(self) -> None:
@@ -134,9 +143,15 @@ class Scanner:
         return list(enumeration.kept.values()), enumeration.problems, enumeration.left_out
 
     async def run(self) -> None:
-        """Scan forever: every ``interval`` seconds, and at once after ``notify()``."""
+        """Scan forever: every ``interval`` seconds, and at once after ``notify()``. An
+        interval scan, and one after ``resources_changed()``, first asks for the driver's
+        resources again."""
         while True:
+            woken = False
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
+                woken = await asyncio.wait_for(self._wake.wait(), self.interval)
             self._wake.clear()
+            if self.refresh is not None and (self._resources_changed or not woken):
+                self._resources_changed = False
+                await self.refresh()
             await self.scan_once()

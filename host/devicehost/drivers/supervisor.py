@@ -73,6 +73,8 @@ class DriverHandle:
         prestarted: WorkerProcess | None = None,
         on_task_restart: Callable[[str], None] | None = None,
         on_start_failure: Callable[[str], None] | None = None,
+        on_resources_changed: Callable[[], None] | None = None,
+        unavailable_retry: float = 0.0,
     ) -> None:
         self.info = info
         self.zygote = zygote
@@ -90,6 +92,11 @@ class DriverHandle:
         self.on_error = on_error
         self.on_task_restart = on_task_restart
         self.on_start_failure = on_start_failure
+        self.on_resources_changed = on_resources_changed or (lambda: None)
+        #: seconds between tries of a driver that found no hardware (0: never again)
+        self.unavailable_retry = unavailable_retry
+        #: tries since the driver was first found unavailable
+        self.unavailable_tries = 0
         #: runs in a row that went down since the driver last served (0 while it serves)
         self.runs_down = 0
         self.process: WorkerProcess | None = None
@@ -124,7 +131,30 @@ class DriverHandle:
     async def supervise(self, bring_up: BringUp, on_down: Callable[[str], None]) -> None:
         """Run the driver until ``stop()``; restart its worker whenever it goes down. A run
         that lasted ``stable_seconds`` ends the back-off: the next start is at once, and
-        the restarts towards *crash-looping* are counted from it."""
+        the restarts towards *crash-looping* are counted from it. A driver that found none
+        of its hardware is tried again every ``unavailable_retry`` seconds, as a first
+        start (not a restart): hardware a provisioning step creates later is served."""
+        while True:
+            await self._supervise_until_final(bring_up, on_down)
+            if (
+                self._stopping
+                or self.info.status is not DriverStatus.UNAVAILABLE
+                or not self.unavailable_retry
+            ):
+                return
+            if not self.unavailable_tries:
+                log.info(
+                    "driver %r: trying again every %g s in case its hardware appears",
+                    self.name,
+                    self.unavailable_retry,
+                )
+            await asyncio.sleep(self.unavailable_retry)
+            self.unavailable_tries += 1
+            self._ran = False
+
+    async def _supervise_until_final(
+        self, bring_up: BringUp, on_down: Callable[[str], None]
+    ) -> None:
         try:
             await self._run_once(bring_up, on_down, 1)
         except DriverFinal:
@@ -201,6 +231,7 @@ class DriverHandle:
             )
         else:
             process.on_notify, process.on_watch_error = self.on_notify, self._watch_error
+        process.on_resources_changed = self.on_resources_changed
         process.max_zombies = self.max_zombies
         self.process = process
         started = time.monotonic()
@@ -209,7 +240,9 @@ class DriverHandle:
             self.hooks = process.hooks
             await bring_up(self, process, first)
         except DriverUnavailable as exc:
-            self._mark(DriverStatus.UNAVAILABLE, str(exc))  # the start-up summary logs it
+            if self.unavailable_tries:  # the start-up summary logged the first
+                log.debug("driver %r: still unavailable: %s", self.name, exc)
+            self._mark(DriverStatus.UNAVAILABLE, str(exc))
             await process.stop(STOP_GRACE_SECONDS)
             raise DriverFinal() from None
         except DriverFinal:
@@ -231,6 +264,13 @@ class DriverHandle:
             raise WorkerDown(why, stable=False) from None
         if not self.settled.is_set():
             self.settled.set()
+        if self.info.status is DriverStatus.UNAVAILABLE:
+            log.info(
+                "driver %r: its hardware is here now (try %d after %s); serving",
+                self.name,
+                self.unavailable_tries,
+                self.info.reason,
+            )
         self._mark(DriverStatus.ACTIVE)
         self.runs_down = 0
         why = await asyncio.shield(process.exited)

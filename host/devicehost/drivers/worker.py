@@ -95,6 +95,9 @@ class Worker:
         self._early_resources: list[str] = []
         #: resource → what the driver's enumerate last returned for it, for its watch
         self._enumerated: dict[str, tuple[Any, ...]] = {}
+        #: resources whose watch runs (a resource withdrawn and listed again keeps its one)
+        self._watched: set[str] = set()
+        hookspecs._send_resources_changed = lambda: self.send({"resources_changed": True})
 
     # -- channel ---------------------------------------------------------------------------
 
@@ -297,9 +300,12 @@ class Worker:
                 with self._cancel_lock:
                     self._cancelled.add(int(message["cancel"]))
             elif "watch" in message:
-                for resource in message["watch"]:
+                for resource in map(str, message["watch"]):
+                    if resource in self._watched:
+                        continue
+                    self._watched.add(resource)
                     threading.Thread(
-                        target=self._watch, args=(str(resource),), name="watch", daemon=True
+                        target=self._watch, args=(resource,), name="watch", daemon=True
                     ).start()
 
     def _shutdown(self) -> None:
