@@ -144,6 +144,24 @@ def test_drivers_json_lists_status_and_resources(tmp_path):
     assert alpha["notes"] == ["scripted with 2 devices"]
 
 
+def test_drivers_exits_1_naming_a_driver_that_cannot_be_started(tmp_path, install_site):
+    """An entry point that fails to import makes `devicehost drivers` exit 1 with a line
+    naming it (so an image build ending with it fails); a driver merely without hardware
+    here (absent: unavailable) does not."""
+    write_distribution(
+        install_site, "devicehost-broken", {"devicehost.drivers": {"broken": "nosuch_module"}}
+    )
+    result = devicehost(
+        "drivers", "--drivers", "broken,absent", "--root", str(tmp_path), site=install_site
+    )
+    assert result.returncode == 1
+    assert "devicehost drivers: 1 driver could not be started: broken" in result.stderr
+    assert "No module named 'nosuch_module'" in result.stdout
+    fine = devicehost("drivers", "--drivers", "absent", "--root", str(tmp_path), site=install_site)
+    assert fine.returncode == 0, fine.stderr
+    assert "absent       unavailable" in fine.stdout
+
+
 def test_drivers_text_shows_which_resources_go_through_dra(tmp_path):
     """A resource configured `api: dra` is listed under its DRA driver's name, apart from
     the driver's device-plugin resources."""

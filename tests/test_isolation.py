@@ -254,13 +254,15 @@ def every_bad_driver(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 def test_devicehost_drivers_lists_every_bad_driver_with_its_state(tmp_path):
     """`devicehost drivers --json`, the operator's diagnosis, still works with every bad
     driver installed: the good one is active with its resource, and each bad one that
-    cannot start is shown down with its cause."""
+    cannot start is shown down with its cause. It exits 1 naming them (an image build
+    that ends with it fails)."""
     config, env = every_bad_driver(tmp_path)
     names = ",".join(["good", *BAD_DRIVERS])
     command = [sys.executable, "-m", "devicehost.cli", "drivers", "--json", "--simulate"]
     command += ["--config", str(config), "--drivers", names]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr
+    assert "could not be started: " in result.stderr
     shown = {d["name"]: d for d in json.loads(result.stdout)}
     assert shown["good"]["status"] == "active"
     assert shown["good"]["resources"] == [GOOD]

@@ -31,6 +31,7 @@ from devicehost import (
     hookimpl,
 )
 from devicehost.sysfs import read_attr
+from devicehost.testing import FakeRoot
 
 #: The entry-point name in pyproject.toml: how operators and tests name this driver.
 NAME = "template"
@@ -96,23 +97,26 @@ def _numa_nodes(root: Path, name: str) -> tuple[int, ...]:
 @hookimpl
 def devicehost_simulate(root: Path, config: Mapping[str, Any], node: str) -> None:
     """Build ``simulatedCount`` widgets (``MACHINE_WIDGETS`` on ``--node MACHINE``), all
-    healthy, on NUMA nodes 0 and 1.
+    healthy, on NUMA nodes 0 and 1; each ``/dev/widgetN`` a character device where mknod
+    is permitted, so a container runtime accepts it (``FakeRoot.char_device``).
 
     Widgets are on none of the other machines ``--node`` names, so those get none (the
-    driver then serves nothing there, as on a real node without them).
+    driver then serves nothing there, as on a real node without them) — unless the
+    config sets ``simulatedCount``, which adds that many to any machine (a test cluster
+    whose nodes simulate a published machine plus your widgets).
     """
     if node == MACHINE:
         count = MACHINE_WIDGETS
-    elif node:
+    elif node and "simulatedCount" not in config:
         return
     else:
         try:
             count = simulated_count(config)
         except ValueError:
             count = DEFAULT_COUNT  # configure, called next, reports the bad value as config
+    fake = FakeRoot(root)
     for index in range(count):
-        (root / "dev").mkdir(parents=True, exist_ok=True)
-        (root / "dev" / f"widget{index}").touch()
+        fake.char_device(f"/dev/widget{index}")
         health = _health_file(root, f"widget{index}")
         health.parent.mkdir(parents=True, exist_ok=True)
         health.write_text("ok\n")

@@ -35,6 +35,16 @@ def test_own_machine_is_built_by_name(fake_root: FakeRoot) -> None:
     assert report.devices == {RESOURCE: MACHINE_WIDGETS}
 
 
+def test_another_machine_gets_widgets_only_when_the_config_asks(fake_root: FakeRoot) -> None:
+    """A published machine without widgets gets none, unless simulatedCount asks for
+    them: a test cluster simulating a known machine plus this driver's widgets."""
+    assert check_driver(NAME, fake_root, simulated=True, node="dgx-h100").devices == {}
+    report = check_driver(
+        NAME, fake_root, config={"simulatedCount": 2}, simulated=True, node="dgx-h100"
+    )
+    assert report.devices == {RESOURCE: 2}
+
+
 def test_bad_config_is_refused_naming_the_key(fake_root: FakeRoot) -> None:
     """A bad simulatedCount is refused with the key named."""
     with pytest.raises(ConformanceError, match="simulatedCount: expected an integer"):

@@ -159,7 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     command("run", "serve every driver's resources to the kubelet until SIGTERM (the daemon)")
-    drivers = command("drivers", "list installed drivers: distribution, version, status, reason")
+    drivers = command(
+        "drivers",
+        "list installed drivers: distribution, version, status, reason; exit 1 when one "
+        "could not be started (failed, restarting, crash-looping), 0 otherwise",
+    )
     drivers.add_argument("--json", action="store_true", help="print JSON")
     devices = command(
         "devices", "enumerate once and print each resource's devices, health and NUMA nodes"
@@ -280,7 +284,7 @@ async def _drivers(config: HostConfig, as_json: bool) -> int:
             await host.stop()
     if as_json:
         print(json.dumps(rows, indent=2))
-        return 0
+        return _not_started(rows)
     if rows and rows[0].get("source") == "daemon":
         print(f"live state of the devicehost serving {config.plugin_dir}:")
     if not rows:
@@ -308,7 +312,26 @@ async def _drivers(config: HostConfig, as_json: bool) -> int:
             print(f"{'':<12} DRA driver {dra.get('name')} ({state}): {', '.join(dra['resources'])}")
         for resource, why in dra.get("refused", {}).items():
             print(f"{'':<12} not served through DRA: {resource}: {why}")
-    return 0
+    return _not_started(rows)
+
+
+#: What ``devicehost drivers`` exits 1 for: a driver that could not be started, as opposed
+#: to one with no hardware here (unavailable) or turned off (disabled).
+NOT_STARTED = ("failed", "restarting", "crash-looping")
+
+
+def _not_started(rows: list[dict[str, Any]]) -> int:
+    """1, with a line on stderr naming them, when a driver could not be started: an image
+    build that ends with ``devicehost drivers`` then fails; else 0."""
+    names = [row["name"] for row in rows if row.get("status") in NOT_STARTED]
+    if not names:
+        return 0
+    print(
+        f"devicehost drivers: {len(names)} driver{'s' if len(names) > 1 else ''} could not "
+        f"be started: {', '.join(names)} (see the reason under each)",
+        file=sys.stderr,
+    )
+    return 1
 
 
 async def _devices(config: HostConfig, as_json: bool) -> int:
