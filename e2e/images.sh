@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Build the tier's three OCI images without a Docker engine or a registry, as OCI layouts
-# packed with umoci: the sandbox (pause) image, a busybox test image, and devicehost's own
+# Build the tier's four OCI images without a Docker engine or a registry, as OCI layouts
+# packed with umoci: the sandbox (pause) image, a busybox test image, devicehost's own
 # image made the way deploy/Dockerfile makes it (Debian's Python, one virtual environment at
-# /opt/devicehost holding the locked wheels and the project's wheels, ENTRYPOINT devicehost).
+# /opt/devicehost holding the locked wheels and the project's wheels, ENTRYPOINT devicehost),
+# and devicehost-acme, that image plus a third-party driver made the way
+# deploy/examples/extra-driver makes it (e2e/extra-driver.sh).
 # The Debian base root filesystem is cached by suite; the devicehost image is rebuilt on
-# every run, since it is the code under test. Writes OUT/{pause,busybox,devicehost}.tar.
+# every run, since it is the code under test. Writes OUT/{pause,busybox,devicehost,
+# devicehost-acme}.tar, the acme image's build log and the third-party drivers' wheels.
 # Usage: images.sh OUT
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -82,14 +85,17 @@ devicehost_image() {
   done
   # The final stage: one venv made by the image's own Python, filled from those wheels only.
   mkdir -p "$root/wheels" && mount --bind "$wheels" "$root/wheels"
-  cp "$UV" "$root/usr/local/bin/uv"
   local rc=0
-  chroot "$root" /bin/sh -ec '
-    python3 -m venv --without-pip /opt/devicehost
-    UV_NO_CACHE=1 uv pip install --quiet --python /opt/devicehost/bin/python --no-index --find-links /wheels --compile-bytecode --requirement /wheels/install.txt
-    uv pip freeze --python /opt/devicehost/bin/python > /opt/devicehost/constraints.txt
+  # As deploy/Dockerfile's final stage: the venv has pip, so a derived image can pip-install
+  # one more driver (e2e/extra-driver.sh) against constraints.txt, the installed set.
+  # A clean environment: the build machine's own pip settings (PIP_FIND_LINKS, …) stay out.
+  chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore /bin/sh -ec '
+    python3 -m venv /opt/devicehost
+    /opt/devicehost/bin/pip install --quiet --no-cache-dir --no-index --find-links /wheels --requirement /wheels/install.txt
+    /opt/devicehost/bin/pip list --format=freeze --exclude pip > /opt/devicehost/constraints.txt
     /opt/devicehost/bin/devicehost --version' || rc=$?
-  umount "$root/wheels"; rmdir "$root/wheels"; rm -f "$root/usr/local/bin/uv"
+  umount "$root/wheels"; rmdir "$root/wheels"
   ((rc == 0)) || exit $rc
   EXTRA_CONFIG=(--config.env VIRTUAL_ENV=/opt/devicehost
     --config.env PATH=/opt/devicehost/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -97,7 +103,35 @@ devicehost_image() {
   pack devicehost 0.1.0 "$root" devicehost
 }
 
-for image in pause busybox devicehost; do
+# Third-party drivers, as their authors make them: `devicehost new-driver NAME` outside this
+# workspace, built to a wheel. acme is the one the tier serves; pinned (it needs another
+# protobuf) and broken (it imports a name this devicehost lacks; a missing vendor module
+# would only make it unavailable) are the ones an image build must refuse
+# (e2e/tests/test_extra_driver.py). Written to OUT/extra-drivers/NAME/.
+extra_driver_wheels() {
+  local name dir
+  for name in acme pinned broken; do
+    dir="$work/drivers/devicehost-$name"
+    (cd "$repo" && "$UV" run --frozen --no-sync devicehost new-driver "$name" --dest "$dir") >/dev/null
+    case $name in
+      pinned) sed -i 's/^dependencies = \["devicehost"\]$/dependencies = ["devicehost", "protobuf==3.20.3"]/' "$dir/pyproject.toml"
+              grep -q 'protobuf==3.20.3' "$dir/pyproject.toml" ;;
+      broken) printf '\nfrom devicehost import ResourceSlice  # written for a devicehost that has it\n' >> "$dir/devicehost_broken/driver.py" ;;
+    esac
+    rm -rf "$OUT/extra-drivers/$name"
+    (cd "$dir" && "$UV" build --quiet --wheel --out-dir "$OUT/extra-drivers/$name") 2>/dev/null
+  done
+}
+
+# The image a user makes with deploy/examples/extra-driver: devicehost plus acme.
+devicehost-acme_image() {
+  extra_driver_wheels
+  "$here/extra-driver.sh" "$OUT/devicehost.tar" "$OUT"/extra-drivers/acme/*.whl "$OUT/devicehost-acme.tar" \
+    > "$OUT/devicehost-acme.build.log"
+  grep -E '^acme +' "$OUT/devicehost-acme.build.log" >&2
+}
+
+for image in pause busybox devicehost devicehost-acme; do
   t0=$SECONDS
   "${image}_image"
   log "$image.tar ($((SECONDS - t0)) s)"

@@ -379,6 +379,8 @@ state = "{c}/state"
             ("pause", "registry.k8s.io/pause"),
             ("busybox", "docker.io/library/busybox"),
             ("devicehost", "docker.io/library/devicehost"),
+            # devicehost plus a third-party driver (deploy/examples/extra-driver).
+            ("devicehost-acme", "docker.io/library/devicehost-acme"),
         ):
             self._ctr(
                 node.name,
