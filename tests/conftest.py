@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from devicehost.config.host_config import HostConfig
+from devicehost.testing import HostThread
 from devicehost.testing.distributions import write_distribution
 
 TESTS = Path(__file__).parent
@@ -23,6 +25,8 @@ if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
 from dra_node import api_server, dra_node  # noqa: E402, F401 (fixtures of the DRA tests)
+
+from support import stop_and_check  # noqa: E402
 
 Install = Callable[..., None]
 
@@ -40,6 +44,27 @@ def _logging_left_as_found() -> Iterator[None]:
             root.removeHandler(handler)
     root.setLevel(levels[0])
     ours.setLevel(levels[1])
+
+
+@pytest.fixture
+def run_host(
+    host_config: HostConfig, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., HostThread]]:
+    """The kit's ``run_host``; in a module marked ``faults`` every test ends with the stop
+    check (``support.stop_and_check``): its hosts stop within 2 s and leave no socket, CDI
+    spec or helper process — whatever fault the test put them through."""
+    started: list[HostThread] = []
+
+    def start(**overrides: object) -> HostThread:
+        thread = HostThread(host_config, **overrides)
+        started.append(thread)
+        return thread.start()
+
+    yield start
+    if request.node.get_closest_marker("faults") is not None:
+        stop_and_check(started)
+    for thread in started:
+        thread.stop()
 
 
 @pytest.fixture

@@ -164,3 +164,59 @@ def scripted(host: Any, resource: str) -> ScriptedControl:
     name = host.host.resources[resource].driver.name
     root = host.host.simulated_root(name) or host.config.root
     return ScriptedControl(root, name)
+
+
+# -- the stop check ---------------------------------------------------------------------------
+
+#: How long a stop may take: SIGTERM must end devicehost within 2 s, whatever its drivers do.
+STOP_BUDGET_SECONDS = 2.0
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Every live process below ``pid`` (from /proc): pid → its name (``comm``)."""
+    parents: dict[int, list[tuple[int, str]]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat.rsplit(")", 1)[1].split()
+        if rest[0] != "Z":  # a zombie is gone; only its parent's wait is left
+            parents.setdefault(int(rest[1]), []).append((int(entry.name), name))
+    found: dict[int, str] = {}
+    todo = [pid]
+    while todo:
+        for child, name in parents.get(todo.pop(), []):
+            found[child] = name
+            todo.append(child)
+    return found
+
+
+def stop_and_check(hosts: list[Any]) -> None:
+    """The stop check every fault test ends with: each host (a ``HostThread``) stops within
+    ``STOP_BUDGET_SECONDS``, leaving no socket of its own in the plugin directory, no CDI
+    spec it wrote, and none of the helper processes (``dh-*``) it started."""
+    helpers = {p: n for p, n in descendants(os.getpid()).items() if n.startswith("dh-")}
+    started = time.monotonic()
+    for host in hosts:
+        host.stop()
+    took = time.monotonic() - started
+    assert took < STOP_BUDGET_SECONDS, f"stopping took {took:.2f} s"
+    for host in hosts:
+        config = host.config
+        left = sorted(p.name for p in config.plugin_dir.glob("devicehost-*.sock"))
+        assert not left, f"sockets left in {config.plugin_dir}: {left}"
+        if config.cdi_enabled and config.cdi_dir.is_dir():
+            specs = sorted(p.name for p in config.cdi_dir.glob("k8s.devicehost.io-*"))
+            assert not specs, f"CDI specs left in {config.cdi_dir}: {specs}"
+
+    def alive() -> dict[int, str]:
+        now = descendants(os.getpid())
+        return {p: n for p, n in helpers.items() if now.get(p) == n}
+
+    deadline = started + STOP_BUDGET_SECONDS
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not alive(), f"helper processes left after the stop: {alive()}"

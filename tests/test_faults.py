@@ -38,6 +38,11 @@ from support import SCRIPTED, eventually, run_scripted
 from support import scripted as scripted_control
 from testdrivers.faulty import MALFORMED_EXTRAS
 
+CLOSING = "test.example/closing"
+
+#: Every test here ends with the stop check (tests/conftest.py, run_host).
+pytestmark = pytest.mark.faults
+
 RES = "test.example/dev"
 SOCKET = "devicehost-test.example_dev.sock"
 PACED = "testdrivers.faulty:Paced"
@@ -894,3 +899,27 @@ def test_a_driver_declaring_more_resources_than_descriptors_allow_leaves_the_res
         if host.poll() is None:
             host.kill()
             host.wait()
+
+
+def test_a_worker_that_closes_its_own_channel_is_restarted_and_serves_again(
+    install, run_host, kubelet, tmp_path
+):
+    """A driver closes every descriptor of its worker, the channel to the host included,
+    while the zygote is healthy: the worker is called down (its devices Unhealthy) and
+    started again with back-off, and its devices are served again; the stop check follows."""
+    install("devicehost-closing", drivers={"closing": "testdrivers.channel_closing:ChannelClosing"})
+    flag = tmp_path / "close"
+    host = run_host(
+        enabled_drivers=("closing",), drivers={"closing": {"closeFile": str(flag)}},
+        scan_interval=0.2,
+    )  # fmt: skip
+    kubelet.wait_devices(CLOSING, lambda d: len(d) == 2)
+    handle = host.host.drivers["closing"]
+    first = handle.process.pid
+    flag.touch()
+    eventually(lambda: handle.info.restarts >= 1, timeout=15)
+    assert "closed its channel" in handle.info.reason or "exited" in handle.info.reason, (
+        handle.info.reason
+    )
+    eventually(lambda: handle.up and handle.process.pid != first, timeout=15)
+    kubelet.wait_devices(CLOSING, lambda d: {x.health for x in d.values()} == {"Healthy"})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from devicehost.drivers.validation import devices_from_plain
 from devicehost.model import NO_ATTRIBUTES, ContainerEdits, DeviceAttributes, DeviceNode
 
@@ -87,3 +89,54 @@ def test_a_scan_logs_attributes_left_out_and_keeps_serving_the_device(
         "driver 'attrs'" in m and "device 'bad'" in m and "its attributes left out" in m
         for m in lines
     ), lines
+
+
+# -- field caps (docs/reliability.md, Limits) -------------------------------------------------
+
+FIELD_CAPS = [
+    ("env name", {"envs": {"E" * 257: "1"}}, "over the limit of 256"),
+    (
+        "env value",
+        {"envs": {"E": "v" * 65_537}},
+        "env 'E''s value is 65537 bytes, over the limit of 65536",
+    ),
+    ("annotation key", {"annotations": {"a" * 318: "1"}}, "over the limit of 317"),
+    ("annotation value", {"annotations": {"a": "v" * 65_537}}, "over the limit of 65536"),
+    (
+        "mount path",
+        {"mounts": [{"host_path": "/" + "m" * 4095, "container_path": "/m"}]},
+        "mount host path",
+    ),
+    (
+        "device path",
+        {"devices": [{"host_path": "/dev/x", "container_path": "/" + "d" * 4095}]},
+        "device node container path",
+    ),
+    ("CDI name", {"cdi_devices": ["vendor.example/class=" + "n" * 500]}, "over the limit of 512"),
+]
+
+
+@pytest.mark.parametrize(("field", "edits", "message"), FIELD_CAPS, ids=[c[0] for c in FIELD_CAPS])
+def test_a_field_over_its_cap_drops_the_device_naming_field_and_limit(field, edits, message):
+    """The device is dropped with its reason (the scan logs it with the driver's and the
+    resource's names, as for any dropped device); the driver's other devices stay."""
+    data = [slot(0, edits), slot(1, SHARED)]
+    devices, problems = devices_from_plain("rdma", data)
+    assert [d.id for d in devices] == ["slot-1"]
+    (problem,) = problems
+    assert "'slot-0'" in problem, problem
+    assert message in problem and "docs/reliability.md, Limits" in problem, problem
+
+
+@pytest.mark.parametrize(
+    "edits",
+    [
+        {"envs": {"E" * 256: "v" * 65_536}},
+        {"annotations": {"a" * 317: "v" * 65_536}},
+        {"mounts": [{"host_path": "/" + "m" * 4094, "container_path": "/m"}]},
+        {"cdi_devices": ["vendor.example/class=" + "n" * 491]},
+    ],
+)
+def test_a_field_at_its_cap_is_kept(edits):
+    devices, problems = devices_from_plain("rdma", [slot(0, edits)])
+    assert problems == [] and [d.id for d in devices] == ["slot-0"]

@@ -7,7 +7,12 @@ from __future__ import annotations
 import logging
 import re
 
+import pytest
+
 from support import SCRIPTED, eventually
+
+#: Every test here ends with the stop check (tests/conftest.py, run_host).
+pytestmark = pytest.mark.faults
 
 RES = "test.example/dev"
 

@@ -4,9 +4,10 @@ The worker is forked by the zygote (``zygote``). The host talks to it over a soc
 (``protocol``) and reads its stderr, a pipe, as the driver's log. Calls are bounded: at
 most ``MAX_PENDING`` at a time, each with a timeout; a call whose caller gives up is
 cancelled in the worker before it starts. A worker that stops answering (every call thread
-stuck, no answer to a ping after a timeout, or a missed heartbeat: frozen) is killed, so
-the supervisor can start a fresh one. Its death is known from the zygote's report, or from
-the end of its channel when the zygote cannot report it. Its stderr costs the host a
+stuck, or a missed heartbeat: frozen, or its main thread stuck) is killed, so the
+supervisor can start a fresh one; a call that times out makes the next heartbeat at once.
+Its death is known from the zygote's report, or from the end of its channel when the
+zygote cannot report it. Its stderr costs the host a
 bounded line length and log rate whatever it writes (``DriverLog``).
 """
 
@@ -49,7 +50,6 @@ _NONE: Any = object()  # no volunteered answer
 
 MAX_PENDING = 32
 STDERR_TAIL_LINES = 20
-PING_SECONDS = 1.0
 #: A brought-up worker is pinged this often; one that misses a ping for
 #: ``HEARTBEAT_TIMEOUT_SECONDS`` (frozen by SIGSTOP, or its main thread stuck) is killed.
 #: A frozen worker is so noticed within their sum (docs/reliability.md).
@@ -166,7 +166,8 @@ class WorkerProcess:
         # does not log "exception was never retrieved".
         self._ready.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._tasks: list[asyncio.Task[None]] = []
-        self._pong: asyncio.Event = asyncio.Event()
+        #: set to make the next heartbeat now (a call timed out), not at its interval
+        self._beat_now = asyncio.Event()
         self._heartbeats: list[asyncio.Event] = []
         self._channel_closed = asyncio.Event()
         self._driver_log: DriverLog | None = None
@@ -278,12 +279,15 @@ class WorkerProcess:
             self._channel_closed.set()
 
     async def _heartbeat(self) -> None:
-        """Ping the brought-up worker every ``HEARTBEAT_SECONDS``; kill it when a ping
-        goes unanswered for ``HEARTBEAT_TIMEOUT_SECONDS`` (frozen, or its main thread
-        stuck), so the supervisor restarts it."""
+        """Ping the started worker every ``HEARTBEAT_SECONDS``, and at once when a call
+        timed out (``_beat_now``); kill it when a ping goes unanswered for
+        ``HEARTBEAT_TIMEOUT_SECONDS`` (frozen, or its main thread stuck), so the supervisor
+        restarts it. The one liveness check: one timeout, one kill message."""
         beats = 0
         while not self.exited.done():
-            await asyncio.sleep(HEARTBEAT_SECONDS)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._beat_now.wait(), HEARTBEAT_SECONDS)
+            self._beat_now.clear()
             beats += 1
             if beats % ZOMBIE_CHECK_HEARTBEATS == 0 and await self._too_many_zombies():
                 return
@@ -359,7 +363,6 @@ class WorkerProcess:
         elif "watch_error" in message:
             self.on_watch_error(str(message["watch_error"]), str(message.get("message", "")))
         elif "pong" in message:
-            self._pong.set()
             for answered in self._heartbeats:
                 answered.set()
         elif not self._ready.done():
@@ -550,7 +553,7 @@ class WorkerProcess:
     def _gave_up(self, call_id: int, timed_out: bool = True) -> None:
         """Cancel the call in the worker (it answers at once if the call had not started).
         A call that ran past its timeout counts as stuck until it answers: when every call
-        thread is stuck, or the worker misses a ping, it is killed."""
+        thread is stuck, or the worker misses the heartbeat this starts, it is killed."""
         self._send({"cancel": call_id})
         if timed_out:
             self._count_stuck(call_id)
@@ -564,15 +567,7 @@ class WorkerProcess:
                 self.kill(f"all its {WORKER_THREADS} call threads are stuck in hooks")
             )
         else:
-            asyncio.get_running_loop().create_task(self._check_alive())
-
-    async def _check_alive(self) -> None:
-        self._pong.clear()
-        self._send({"ping": True})
-        try:
-            await asyncio.wait_for(self._pong.wait(), PING_SECONDS)
-        except TimeoutError:
-            await self.kill(f"it did not answer a ping within {PING_SECONDS:g} s")
+            self._beat_now.set()  # does it still answer at all? The heartbeat asks now
 
     def start_watches(self, resources: list[str]) -> None:
         if "devicehost_watch" in self.hooks and resources:

@@ -57,6 +57,58 @@ SENSITIVE_PATHS = (
 )
 
 
+#: The longest value each field of a driver's edits may carry (docs/reliability.md,
+#: "Limits"), so one device's answer can neither fail the container nor cost the host
+#: memory at every scan. Lengths of names in characters, of values and paths in bytes.
+MAX_ENV_NAME = 256
+#: ``NAME=value`` reaches the container's first process through execve, which refuses one
+#: string over the kernel's MAX_ARG_STRLEN (32 pages, 131 072 bytes) with E2BIG: the
+#: container would fail to start. Half of it leaves room for the name and other entries.
+MAX_ENV_VALUE = 65_536
+#: Linux's PATH_MAX (4 096 bytes with the terminating NUL): a longer path fails every call.
+MAX_PATH = 4_095
+#: A Kubernetes qualified name: a 253-character DNS-subdomain prefix, '/', 63 characters.
+MAX_ANNOTATION_KEY = 317
+MAX_ANNOTATION_VALUE = 65_536
+#: CDI sets no length; far above any real ``vendor/class=name`` (the bundled ones: < 60).
+MAX_CDI_NAME = 512
+
+_LIMITS_DOC = "docs/reliability.md, Limits"
+
+
+def _over(field: str, length: int, limit: int, unit: str) -> str:
+    return f"{field} is {length} {unit}, over the limit of {limit} ({_LIMITS_DOC})"
+
+
+def size_problem(edits: ContainerEdits) -> str | None:
+    """The first field of ``edits`` longer than its limit, named with the limit, or None."""
+    for name, value in edits.envs.items():
+        if len(name) > MAX_ENV_NAME:
+            return _over(f"env name {name[:40]!r}…", len(name), MAX_ENV_NAME, "characters")
+        size = len(value.encode())
+        if size > MAX_ENV_VALUE:
+            return _over(f"env {name!r}'s value", size, MAX_ENV_VALUE, "bytes")
+    for key, value in edits.annotations.items():
+        if len(key) > MAX_ANNOTATION_KEY:
+            return _over(
+                f"annotation key {key[:40]!r}…", len(key), MAX_ANNOTATION_KEY, "characters"
+            )
+        size = len(value.encode())
+        if size > MAX_ANNOTATION_VALUE:
+            return _over(f"annotation {key!r}'s value", size, MAX_ANNOTATION_VALUE, "bytes")
+    paths = [("mount", m.host_path, m.container_path) for m in edits.mounts]
+    paths += [("device node", d.host_path, d.container_path) for d in edits.devices]
+    for kind, *both in paths:
+        for side, path in zip(("host", "container"), both, strict=True):
+            size = len(path.encode(errors="surrogateescape"))
+            if size > MAX_PATH:
+                return _over(f"{kind} {side} path {path[:40]!r}…", size, MAX_PATH, "bytes")
+    for name in edits.cdi_devices:
+        if len(name) > MAX_CDI_NAME:
+            return _over(f"CDI device name {name[:40]!r}…", len(name), MAX_CDI_NAME, "characters")
+    return None
+
+
 def _under(path: str, place: str) -> bool:
     return path == place or path.startswith(place + "/")
 
@@ -90,6 +142,9 @@ def path_problem(kind: str, path: str, allowed: Collection[str] = ()) -> str | N
 
 def edits_problem(edits: ContainerEdits, allowed: Collection[str] = ()) -> str | None:
     """The first rule ``edits`` break, or None when a container may be given them."""
+    problem = size_problem(edits)
+    if problem:
+        return problem
     for name in edits.envs:
         problem = env_problem(name, allowed)
         if problem:
