@@ -8,7 +8,7 @@ TOOLS := .tools
 UV := $(shell command -v uv 2>/dev/null || echo $(TOOLS)/bin/uv)
 RUN := $(UV) run --frozen --no-sync
 
-.PHONY: setup demo test lint format proto bench soak gpu-check e2e e2e-build bench-e2e clean
+.PHONY: setup demo test lint format proto bench bench-smoke soak gpu-check e2e e2e-build bench-e2e clean
 
 $(TOOLS)/bin/uv:
 	python3 -m venv $(TOOLS)
@@ -38,6 +38,10 @@ proto: setup
 
 bench: setup
 	$(RUN) python -m bench
+
+# Every benchmark once with few runs, results to a scratch directory: fails when one breaks.
+bench-smoke: setup
+	$(RUN) python -m bench --smoke
 
 soak: setup
 	$(RUN) pytest -q -m slow --run-slow tests

@@ -2,6 +2,9 @@
 
 python -m bench                 everything (a few minutes on 2 cores)
 python -m bench --quick         fewer runs and calls, for a smoke check
+python -m bench --smoke         --quick, results to a scratch directory, every benchmark
+                                run even when one fails; exit 1 naming those that
+                                failed (make bench-smoke, in CI: a benchmark cannot rot)
 python -m bench --only scale    one benchmark
 """
 
@@ -9,7 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import tempfile
 import time
+import traceback
+from pathlib import Path
 
 from bench import benchmarks, hostile_files
 from bench.harness import Workspace, write_result
@@ -50,11 +57,17 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="fewer runs, for a smoke check")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="--quick into a scratch directory; run every benchmark, exit 1 if one failed",
+    )
     parser.add_argument("--only", action="append", help="run only this benchmark (repeatable)")
     parser.add_argument(
         "--allocations", type=int, help="Allocates in the memory benchmark (default: 100000)"
     )
     args = parser.parse_args()
+    args.quick = args.quick or args.smoke
     n = dict(QUICK if args.quick else FULL)
     if args.allocations:
         n["allocations"] = args.allocations
@@ -76,6 +89,8 @@ def main() -> None:
             ws, int(n["hostile_calls"]), int(n["hostile_rounds"])
         ),
     }
+    scratch = Path(tempfile.mkdtemp(prefix="dh-bench-smoke-")) if args.smoke else None
+    failed: list[str] = []
     for name, run in plan.items():
         if args.only and name not in args.only:
             continue
@@ -83,11 +98,18 @@ def main() -> None:
         started = time.perf_counter()
         try:
             result = run(ws)
+        except Exception:
+            if not args.smoke:
+                raise
+            failed.append(name)
+            print(f"== {name} FAILED after {time.perf_counter() - started:.1f} s", flush=True)
+            traceback.print_exc()
+            continue
         finally:
             ws.close()
         result["quick"] = args.quick
         result["seconds"] = round(time.perf_counter() - started, 1)
-        path = write_result(name, result)
+        path = write_result(name, result, scratch)
         print(f"== {name} ({result['seconds']} s) -> {path}")
         print(
             json.dumps(
@@ -105,6 +127,8 @@ def main() -> None:
                 default=str,
             )[:3000]
         )
+    if failed:
+        sys.exit(f"benchmarks failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

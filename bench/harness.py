@@ -342,9 +342,11 @@ def machine() -> dict[str, Any]:
     }
 
 
-def write_result(name: str, result: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def write_result(name: str, result: dict[str, Any], directory: Path | None = None) -> Path:
+    """``<directory>/<name>.json`` (default bench/results), with the machine and date."""
+    directory = directory or RESULTS
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
     result = {
         "benchmark": name,
         "command": "make bench",
