@@ -16,6 +16,7 @@ import resource as rlimits
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,14 +46,39 @@ class AtTheLimit:
     log: Path
 
     def helper(self, name: str) -> int:
-        (pid,) = [p for p, n in descendants(self.process.pid).items() if n == name]
-        return pid
+        """The pid of the host's one helper process named ``name`` (waiting while it is
+        being started: a process renames itself just after its fork)."""
+        found: list[int] = []
+
+        def one() -> bool:
+            found[:] = [p for p, n in descendants(self.process.pid).items() if n == name]
+            return len(found) == 1
+
+        eventually(one, 30)
+        return found[0]
 
     def serves_good(self) -> None:
         self.kubelet.wait_devices(
             GOOD, lambda d: {x.health for x in d.values()} == {"Healthy"}, timeout=60
         )
         assert self.kubelet.allocate(GOOD, [["g-1"]])[0].cdi_devices
+
+
+def settled(pid: int, kubelet: KubeletStandIn, quiet: float = 1.5) -> int:
+    """The host's open descriptors once the resources it admitted have all registered and
+    the count has not moved for ``quiet`` seconds (servers still binding would otherwise
+    meet the lowered limit: that is start-up, not recovery)."""
+    last: tuple[int, int] | None = None
+    since = time.monotonic()
+    deadline = since + 60
+    while time.monotonic() < deadline:
+        now = (len(os.listdir(f"/proc/{pid}/fd")), len(kubelet.registered()))
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return now[0]
+        time.sleep(0.1)
+    raise TimeoutError(f"the host's descriptors and registrations never settled: {last}")
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +124,7 @@ def at_the_limit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AtTheLimi
             60,
         )
         state.serves_good()
-        open_now = len(os.listdir(f"/proc/{process.pid}/fd"))
+        open_now = settled(process.pid, kubelet)
         rlimits.prlimit(process.pid, rlimits.RLIMIT_NOFILE, (open_now + HEADROOM,) * 2)
         yield state
         text = log.read_text()
