@@ -315,15 +315,14 @@ async def _drivers(config: HostConfig, as_json: bool) -> int:
     return _not_started(rows)
 
 
-#: What ``devicehost drivers`` exits 1 for: a driver that could not be started, as opposed
-#: to one with no hardware here (unavailable) or turned off (disabled).
-NOT_STARTED = ("failed", "restarting", "crash-looping")
-
-
 def _not_started(rows: list[dict[str, Any]]) -> int:
-    """1, with a line on stderr naming them, when a driver could not be started: an image
+    """1, with a line on stderr naming them, when a driver could not be started (failed,
+    restarting, crash-looping; not one with no hardware here or turned off): an image
     build that ends with ``devicehost drivers`` then fails; else 0."""
-    names = [row["name"] for row in rows if row.get("status") in NOT_STARTED]
+    from devicehost.drivers.discovery import DriverStatus
+
+    down = {DriverStatus.FAILED, DriverStatus.RESTARTING, DriverStatus.CRASH_LOOPING}
+    names = [row["name"] for row in rows if row.get("status") in down]
     if not names:
         return 0
     print(

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -308,14 +308,7 @@ class RunningDrivers:
         notes = notes_from_plain(await process.call("devicehost_notes", timeout))
         handle.info.notes = notes + [f"resource refused: {p}" for p in problems]
         states = self.table.claim(handle, specs, first)
-        for claim in self.table.of(handle):
-            if claim.spec.name not in states:  # listed by its last run, not by this one
-                log.warning(
-                    "driver %r no longer lists resource %r: withdrawn (its socket removed)",
-                    name,
-                    claim.spec.name,
-                )
-                self.table.release(handle, claim.spec.name)
+        self._withdraw_unlisted(handle, states)  # listed by its last run, not by this one
         # A driver whose watch notices changes is re-enumerated only as a safety net: the
         # scans are most of an idle node's CPU (docs/performance.md).
         watched = handle.implements("devicehost_watch")
@@ -364,6 +357,17 @@ class RunningDrivers:
             self.telemetry.driver_error(name, "devicehost_resources")
         return specs, problems
 
+    def _withdraw_unlisted(self, handle: DriverHandle, listed: Collection[str]) -> None:
+        """Withdraw each resource ``handle`` owns but no longer lists (its socket removed)."""
+        for claim in self.table.of(handle):
+            if claim.spec.name not in listed:
+                log.warning(
+                    "driver %r no longer lists resource %r: withdrawn (its socket removed)",
+                    handle.name,
+                    claim.spec.name,
+                )
+                self.table.release(handle, claim.spec.name)
+
     async def _refresh(
         self, handle: DriverHandle, process: WorkerProcess, scanner: Scanner
     ) -> None:
@@ -384,13 +388,8 @@ class RunningDrivers:
             return
         specs, _ = self._specs(name, raw)
         listed = {spec.name for spec in specs}
+        self._withdraw_unlisted(handle, listed)
         for gone in [r for r in states if r not in listed]:
-            log.warning(
-                "driver %r no longer lists resource %r: withdrawn (its socket removed)",
-                name,
-                gone,
-            )
-            self.table.release(handle, gone)
             del states[gone]
         added = self.table.claim(handle, [s for s in specs if s.name not in states], False)
         if not added:

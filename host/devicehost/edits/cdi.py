@@ -140,6 +140,13 @@ def _mount(mount: Mount) -> dict[str, Any]:
     }
 
 
+def answer_envs(spec: ResourceSpec) -> frozenset[str]:
+    """The env variables of ``spec`` no spec entry can hold, so the answer carries them:
+    the joined ones (CDI would append a device's value twice) and the numbered ones (a
+    device's number depends on the container's request)."""
+    return frozenset(spec.joined_envs) | frozenset(spec.indexed_envs)
+
+
 def container_edits(edits: ContainerEdits, leave_out: Collection[str] = ()) -> dict[str, Any]:
     """CDI ``containerEdits`` for what CDI can apply: env (without ``leave_out``), device
     nodes, mounts. Annotations and CDI names stay in the Allocate answer."""
@@ -185,16 +192,16 @@ def minimum_version(document: Mapping[str, Any]) -> str:
 def spec_document(spec: ResourceSpec, devices: Iterable[Device]) -> dict[str, Any] | None:
     """The CDI spec for a resource's devices, or None when it has none (CDI refuses a spec
     without devices). Devices keep the snapshot's order."""
-    joined = frozenset(spec.joined_envs) | frozenset(spec.indexed_envs)
+    in_answer = answer_envs(spec)
     entries = []
     for device in devices:
         name = device_name(device.id)
-        edits = container_edits(device.edits, joined) or _marker(spec.name, name)
+        edits = container_edits(device.edits, in_answer) or _marker(spec.name, name)
         entries.append({"name": name, "containerEdits": edits})
     if not entries:
         return None
     document: dict[str, Any] = {"cdiVersion": "", "kind": kind(spec.name), "devices": entries}
-    common = container_edits(spec.edits, joined)
+    common = container_edits(spec.edits, in_answer)
     if common:
         document["containerEdits"] = common
     document["cdiVersion"] = minimum_version(document)
@@ -404,8 +411,8 @@ class CdiWriter:
         spec holds)."""
         names = self.names(spec.name, devices, ids)
         declared = [spec.edits, *(devices[i].edits for i in ids)]
-        joined = frozenset(spec.joined_envs) | frozenset(spec.indexed_envs)
-        in_spec_env = {(k, v) for e in declared for k, v in e.envs.items() if k not in joined}
+        in_answer = answer_envs(spec)
+        in_spec_env = {(k, v) for e in declared for k, v in e.envs.items() if k not in in_answer}
         in_spec_nodes = {n for e in declared for n in e.devices}
         in_spec_mounts = {m for e in declared for m in e.mounts}
         return ContainerEdits(
