@@ -29,6 +29,7 @@ SOURCES = [
     "dra/v1/api.proto",
     "dra/v1beta1/api.proto",
     "dra-health/v1/api.proto",
+    "dra-health/v1alpha1/api.proto",
 ]
 IMPORT_RE = re.compile(
     r"^(import|from) (deviceplugin|podresources|pluginregistration|dra|dra_health)\b", re.MULTILINE

@@ -13,6 +13,8 @@ from test_dra_prepare import Node
 
 from devicehost._proto.dra_health.v1 import api_pb2 as pb
 from devicehost._proto.dra_health.v1 import api_pb2_grpc as pb_grpc
+from devicehost._proto.dra_health.v1alpha1 import api_pb2 as alpha_pb
+from devicehost._proto.dra_health.v1alpha1 import api_pb2_grpc as alpha_grpc
 from devicehost.kubelet.dra.health import Changes, HealthServicer
 from devicehost.kubelet.dra.naming import device_name
 from devicehost.model import Device, Health
@@ -23,10 +25,45 @@ def health_of(answer: pb.NodeWatchResourcesResponse) -> dict[str, int]:
     return {d.device.device_name: d.health for d in answer.devices}
 
 
-def test_the_driver_advertises_the_health_service(dra_node):
+def test_the_driver_advertises_the_health_service_in_both_versions(dra_node):
     node = dra_node()
     eventually(node.registration_socket.exists)
-    assert "v1.DRAResourceHealth" in node.register().supported_versions
+    versions = list(node.register().supported_versions)
+    assert "v1.DRAResourceHealth" in versions
+    assert "v1alpha1.DRAResourceHealth" in versions
+
+
+def test_a_kubelet_before_1_37_reads_health_over_v1alpha1(dra_node):
+    """The alpha service streams the same pool, a health change included, to a client that
+    knows only ``v1alpha1.DRAResourceHealth``."""
+    node = dra_node()
+    eventually(node.registration_socket.exists)
+    endpoint = Path(node.register().endpoint)
+    control = scripted(node.thread, DRA_RESOURCE)
+    sick = device_name(DRA_RESOURCE, "dev-1")
+
+    async def watch() -> list[alpha_pb.NodeWatchResourcesResponse]:
+        seen = []
+        async with grpc.aio.insecure_channel(f"unix:{endpoint}") as channel:
+            stream = alpha_grpc.DRAResourceHealthStub(channel).NodeWatchResources(
+                alpha_pb.NodeWatchResourcesRequest(), timeout=60
+            )
+            async for answer in stream:
+                seen.append(answer)
+                if len(seen) == 1:
+                    await asyncio.to_thread(control.set_health, DRA_RESOURCE, "dev-1", False)
+                elif {d.device.device_name: d.health for d in answer.devices}[sick] == (
+                    alpha_pb.UNHEALTHY
+                ):
+                    stream.cancel()
+                    return seen
+        return seen
+
+    seen = asyncio.run(watch())
+    assert {d.health for d in seen[0].devices} == {alpha_pb.HEALTHY}
+    (last,) = [d for d in seen[-1].devices if d.health == alpha_pb.UNHEALTHY]
+    assert (last.device.pool_name, last.device.device_name) == (NODE, sick)
+    assert last.message == f"{DRA_RESOURCE} dev-1 is Unhealthy"
 
 
 def test_the_stream_sends_every_device_and_each_health_change(dra_node):

@@ -12,6 +12,7 @@ from devicehost.kubelet.dra.attributes import (
     NUMA_NODE,
     PCI_BUS_ID,
     PCIE_ROOT,
+    RESOURCE,
     DeviceFacts,
     attributes_and_capacity,
     facts_from_snapshot,
@@ -200,6 +201,29 @@ def test_pool_spans_the_driver_s_resources_with_one_name_each():
         ("rdma/hca", "0000:18:00.0"),
         ("rdma/hca_shared", "slot-0"),
     ]
+
+
+def test_each_device_names_its_resource_for_a_device_class_to_select():
+    """``devicehost.io/resource`` tells the devices of one driver's resources apart: what a
+    DeviceClass with ``extendedResourceName`` selects on."""
+    pool = build_pool(
+        "rdma.devicehost.io",
+        "node-1",
+        [entry("0000:18:00.0", resource="rdma/hca"), entry("slot-0", resource="rdma/hca_shared")],
+    )
+    assert sorted(d["attributes"][RESOURCE]["string"] for d in devices_of(pool)) == [
+        "rdma/hca",
+        "rdma/hca_shared",
+    ]
+
+
+def test_a_resource_name_over_64_characters_is_left_out_with_a_note():
+    long = "example.com/" + "g" * 60
+    pool = build_pool(DRIVER, "node-1", [entry("gpu0", resource=long)])
+    (device,) = devices_of(pool)
+    assert RESOURCE not in device.get("attributes", {})
+    (note,) = pool.notes
+    assert "gpu0" in note and "longer than 64 characters" in note
 
 
 def test_unhealthy_devices_are_withdrawn_by_default():

@@ -14,6 +14,7 @@ from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as dp
 from devicehost._proto.dra.v1 import api_pb2 as dra
 from devicehost._proto.dra.v1beta1 import api_pb2 as dra_beta
 from devicehost._proto.dra_health.v1 import api_pb2 as health
+from devicehost._proto.dra_health.v1alpha1 import api_pb2 as health_alpha
 from devicehost._proto.pluginregistration.v1 import api_pb2 as reg
 from devicehost._proto.podresources.v1 import api_pb2 as pr
 
@@ -73,6 +74,7 @@ def test_committed_modules_match_a_fresh_generation(tmp_path):
             ["NodePrepareResources", "NodeUnprepareResources"],
         ),
         (health.DESCRIPTOR.services_by_name["DRAResourceHealth"], ["NodeWatchResources"]),
+        (health_alpha.DESCRIPTOR.services_by_name["DRAResourceHealth"], ["NodeWatchResources"]),
     ],
 )
 def test_service_paths_match_the_kubelet(service, methods):
@@ -85,6 +87,7 @@ def test_service_paths_match_the_kubelet(service, methods):
         "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin",
         "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin",
         "v1.DRAResourceHealth",
+        "v1alpha1.DRAResourceHealth",
     )
     assert [m.name for m in service.methods] == methods
 
@@ -144,3 +147,21 @@ FIELDS = {
 def test_field_names_and_numbers_are_the_wire_format(message):
     """Each message's field names and numbers match the published API."""
     assert {f.name: f.number for f in message.DESCRIPTOR.fields} == FIELDS[message]
+
+
+def test_the_alpha_health_messages_are_the_v1_messages_under_another_package():
+    """What lets a v1 health answer be re-read as the v1alpha1 one: every message and enum
+    has the same names and numbers in both."""
+
+    def shape(file):
+        messages = {
+            name: {(f.name, f.number, f.type) for f in m.fields}
+            for name, m in file.message_types_by_name.items()
+        }
+        enums = {
+            name: {(v.name, v.number) for v in e.values}
+            for name, e in file.enum_types_by_name.items()
+        }
+        return messages, enums
+
+    assert shape(health_alpha.DESCRIPTOR) == shape(health.DESCRIPTOR)

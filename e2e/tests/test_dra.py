@@ -22,9 +22,11 @@ from harness.pods import (
     environment,
     exec_in,
     pod,
+    pod_manifest,
     wait_running,
 )
-from test_health import FIRST_HCA, SET_LINK
+from test_allocation import char_devices
+from test_health import FIRST_HCA, SET_LINK, allocated_health
 from test_traces import span_names, traces
 
 from conftest import E2E, OVERLAY, devicehost_pods, rollout
@@ -45,6 +47,9 @@ DRA_OBJECTS = (
     f"deviceclass/{GPU_DRIVER}",
     "deviceclass/ascend.devicehost.io",
     f"deviceclass/{HCA_DRIVER}",
+    "deviceclass/gpu.nvidia.devicehost.io",
+    "deviceclass/ascend910.ascend.devicehost.io",
+    "deviceclass/hca.rdma.devicehost.io",
 )
 MEMORY_SELECTOR = f'device.capacity["{GPU_DRIVER}"].memory.compareTo(quantity("64Gi")) >= 0'
 
@@ -179,6 +184,45 @@ def test_a_claim_for_two_gpus_by_memory_runs_with_their_environment(dra: Cluster
     ]
 
 
+def extended_claim(cluster: Cluster, ns: str, name: str) -> dict:
+    """The claim the scheduler made for the pod's extended resources (KEP-5004)."""
+    status = pod(cluster, ns, name)["status"]["extendedResourceClaimStatus"]
+    claim: dict = cluster.get("-n", ns, "resourceclaim", status["resourceClaimName"])
+    return claim
+
+
+@pytest.mark.nodes("dgx")
+def test_a_pod_asking_for_nvidia_com_gpu_by_name_is_served_through_dra(
+    dra: Cluster, ns: str
+) -> None:
+    """test_allocation's pod spec unchanged (``nvidia.com/gpu: 2``) on the DGX node that now
+    serves its GPUs through DRA: the scheduler makes the pod a claim from the DeviceClass
+    whose extendedResourceName is nvidia.com/gpu, devicehost prepares it, and the container
+    has two GPUs in NVIDIA_VISIBLE_DEVICES, as through the device plugin."""
+    create_pod(dra, ns, pod_manifest("gpu2", {"nvidia.com/gpu": "2"}))
+    wait_running(dra, ns, "gpu2")
+    visible = environment(dra, ns, "gpu2")["NVIDIA_VISIBLE_DEVICES"].split(",")
+    assert len(set(visible)) == 2 and all(v.startswith("GPU-") for v in visible), visible
+    results = extended_claim(dra, ns, "gpu2")["status"]["allocation"]["devices"]["results"]
+    assert [r["driver"] for r in results] == [GPU_DRIVER] * 2, results
+
+
+@pytest.mark.nodes("dgx")
+def test_a_pod_asking_for_rdma_hca_by_name_gets_its_devices_through_dra(
+    dra: Cluster, ns: str
+) -> None:
+    """``rdma/hca: 1``, the device-plugin pod spec, on the node serving HCAs through DRA:
+    its uverbs node and rdma_cm are character devices in the container, from the claim's
+    CDI spec."""
+    create_pod(dra, ns, pod_manifest("hca", {"rdma/hca": "1"}))
+    wait_running(dra, ns, "hca")
+    nodes = char_devices(dra, ns, "hca", "/dev/infiniband/*")
+    assert "/dev/infiniband/rdma_cm" in nodes, nodes
+    assert len([n for n in nodes if "uverbs" in n]) == 1, nodes
+    (result,) = extended_claim(dra, ns, "hca")["status"]["allocation"]["devices"]["results"]
+    assert result["driver"] == HCA_DRIVER, result
+
+
 @pytest.mark.nodes("dgx")
 def test_jaeger_finds_the_prepare_span_by_the_pod_uid_beside_the_kubelet_s(
     dra: Cluster, ns: str
@@ -249,6 +293,47 @@ def test_an_unhealthy_hca_is_tainted_and_allocated_to_no_new_claim(dra: Cluster,
     wait_for(lambda: schedule_state(dra, ns, "hcas") == "Scheduled", 120, "scheduled")
     (claim,) = dra.get("-n", ns, "resourceclaims")["items"]
     assert len(claim["status"]["allocation"]["devices"]["results"]) == count
+
+
+@pytest.mark.nodes("dgx")
+def test_a_dra_pods_hca_turns_unhealthy_and_back_in_its_status(dra: Cluster, ns: str) -> None:
+    """A pod whose claim holds exclusive HCA mlx5_0 (selected by its PCI address): the
+    kubelet, fed by devicehost's DRA health stream, shows it Healthy in the container's
+    ``allocatedResourcesStatus`` (under ``claim:<claim>``, the device's CDI ID);
+    its link goes down: Unhealthy; up again: Healthy, the pod never restarted."""
+    template = claim_template("first-hca", 1, HCA_DRIVER)
+    pci = f'device.attributes["resource.kubernetes.io"].pciBusID == "{FIRST_HCA}"'
+    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
+        {"cel": {"expression": pci}}
+    ]
+    dra.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(template))
+    create_pod(dra, ns, claim_pod("hca", "first-hca"))
+    wait_running(dra, ns, "hca")
+    status = "claim:gpus"  # the pod's claim (its container names no request of it)
+    health = wait_for(
+        lambda: allocated_health(dra, ns, "hca", status) or None,
+        60,
+        "the HCA in the container's allocatedResourcesStatus",
+    )
+    ((device, first),) = health.items()
+    assert first == "Healthy", health
+    devicehost = devicehost_pods(dra)["dgx"]["metadata"]["name"]
+    exec_in(dra, "devicehost", devicehost, SET_LINK.format(device=FIRST_HCA, up=False))
+    try:
+        wait_for(
+            lambda: allocated_health(dra, ns, "hca", status) == {device: "Unhealthy"},
+            90,
+            f"{device} Unhealthy in the pod's status",
+        )
+    finally:
+        exec_in(dra, "devicehost", devicehost, SET_LINK.format(device=FIRST_HCA, up=True))
+    wait_for(
+        lambda: allocated_health(dra, ns, "hca", status) == {device: "Healthy"},
+        90,
+        f"{device} Healthy again in the pod's status",
+    )
+    (container,) = pod(dra, ns, "hca")["status"]["containerStatuses"]
+    assert container["restartCount"] == 0, container
 
 
 @pytest.mark.nodes("dgx")

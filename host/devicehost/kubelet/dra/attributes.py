@@ -26,6 +26,10 @@ STANDARD = "resource.kubernetes.io/"
 PCI_BUS_ID = STANDARD + "pciBusID"
 PCIE_ROOT = STANDARD + "pcieRoot"
 NUMA_NODE = STANDARD + "numaNode"
+#: The extended resource a device belongs to (``nvidia.com/gpu``): what a DeviceClass with
+#: ``extendedResourceName`` selects on, so a pod asking for the resource by name gets
+#: devices of that resource only, never another of the same driver (a MIG slice for a GPU).
+RESOURCE = "devicehost.io/resource"
 MAX_VALUE_LENGTH = 64
 
 _BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]$")

@@ -20,9 +20,10 @@ import grpc
 from devicehost._proto.dra.v1 import api_pb2_grpc as v1_grpc
 from devicehost._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from devicehost._proto.dra_health.v1 import api_pb2_grpc as health_grpc
+from devicehost._proto.dra_health.v1alpha1 import api_pb2_grpc as alpha_health_grpc
 from devicehost._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from devicehost.kubelet.dra.health import SERVICE as HEALTH_SERVICE
-from devicehost.kubelet.dra.health import HealthServicer
+from devicehost.kubelet.dra.health import SERVICES as HEALTH_SERVICES
+from devicehost.kubelet.dra.health import AlphaHealthServicer, HealthServicer
 from devicehost.kubelet.dra.prepare import Preparer
 from devicehost.kubelet.dra.registration import RegistrationServicer
 from devicehost.kubelet.dra.servicer import DraBetaServicer, DraServicer
@@ -93,7 +94,7 @@ class DraPlugin:
             driver,
             str(self.dra_socket),
             on_registered,
-            extra_services=(HEALTH_SERVICE,) if health is not None else (),
+            extra_services=HEALTH_SERVICES if health is not None else (),
         )
         self.preparer = preparer
         self._servers: list[tuple[Path, grpc.aio.Server]] = []
@@ -107,9 +108,11 @@ class DraPlugin:
         ]
         health = self.health
         if health is not None:
-            services.append(
-                lambda s: health_grpc.add_DRAResourceHealthServicer_to_server(health, s)
-            )
+            alpha = AlphaHealthServicer(health)
+            services += [
+                lambda s: health_grpc.add_DRAResourceHealthServicer_to_server(health, s),
+                lambda s: alpha_health_grpc.add_DRAResourceHealthServicer_to_server(alpha, s),
+            ]
         dra = await _serve(self.dra_socket, services)
         self._servers.append((self.dra_socket, dra))
         try:
