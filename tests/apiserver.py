@@ -87,13 +87,12 @@ class ApiServer:
         path.write_text(json.dumps(document))
         return path
 
-    def add_node(self, name: str) -> str:
+    def add_node(self, name: str, labels: dict[str, str] | None = None) -> str:
         uid = str(uuid.uuid4())
-        self.nodes[name] = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": name, "uid": uid},
-        }
+        metadata: dict[str, Any] = {"name": name, "uid": uid}
+        if labels:
+            metadata["labels"] = dict(labels)
+        self.nodes[name] = {"apiVersion": "v1", "kind": "Node", "metadata": metadata}
         return uid
 
     def fail(self, times: int, code: int = 503, message: str = "the server is busy") -> None:

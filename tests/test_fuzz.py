@@ -615,7 +615,20 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "tracing.otlpEndpoint": st.sampled_from(["", "http://jaeger:4317"]),
     "labels.featureFile": st.sampled_from(["", "/etc/kubernetes/node-feature-discovery/x"]),
     "profiles": st.sampled_from(
-        [None, [], [{"name": "p", "match": {"nodeNames": ["n-*"]}, "drivers": {"a": {}}}]]
+        [
+            None,
+            [],
+            [{"name": "p", "match": {"nodeNames": ["n-*"]}, "drivers": {"a": {}}}],
+            [
+                {
+                    "name": "p",
+                    "match": {"nodeLabels": {"x/y": "z"}},
+                    "resources": {"a/b": {"api": "dra"}},
+                }
+            ],
+            [{"name": "p", "match": {"nodeLabels": {"x/y": True}}, "resources": {"a/b": "dra"}}],
+            [{"name": "p", "match": {"nodeLabels": []}}],
+        ]
     ),
     "drivers": st.dictionaries(
         st.from_regex(r"\A[a-z]{1,8}\Z"),

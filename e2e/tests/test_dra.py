@@ -29,7 +29,7 @@ from test_allocation import char_devices
 from test_health import FIRST_HCA, SET_LINK, allocated_health
 from test_traces import span_names, traces
 
-from conftest import E2E, OVERLAY, devicehost_pods, rollout
+from conftest import E2E, OVERLAY, devicehost_pods, rollout, wait_devicehost_ready
 
 # DEVICEHOST_E2E_DRA_OVERLAY installs another one instead: how each scenario was seen
 # failing against a deliberately broken manifest (docs/e2e.md).
@@ -64,8 +64,31 @@ def devices(cluster: Cluster, driver: str) -> list[dict]:
     return [d for s in slices(cluster, driver) for d in s["spec"].get("devices", [])]
 
 
+#: The label that moves a node to DRA, through the profile of e2e/manifests-dra.
+TO_DRA = "devicehost.io/api=dra"
+
+
+def label_nodes(cluster: Cluster, label: str) -> None:
+    """``kubectl label`` every node (``key=value`` sets, ``key-`` removes)."""
+    cluster.kubectl("label", "node", "--all", "--overwrite", label)
+
+
+def restart_devicehost(cluster: Cluster, node: str) -> None:
+    """Delete the node's devicehost pod and wait for the DaemonSet's new one to be Ready:
+    how an operator has one node read its labels again."""
+    old = devicehost_pods(cluster)[node]["metadata"]["name"]
+    cluster.kubectl("-n", "devicehost", "delete", "pod", old, "--wait=true", "--timeout=60s")
+    wait_for(
+        lambda: devicehost_pods(cluster).get(node, {}).get("metadata", {}).get("name") != old,
+        60,
+        f"a new devicehost pod on {node}",
+    )
+    wait_devicehost_ready(cluster, [node])
+
+
 @pytest.fixture(scope="module")
 def dra(installed: Cluster) -> Iterator[Cluster]:
+    label_nodes(installed, TO_DRA)
     rollout(installed, DRA_OVERLAY)
     wait_for(lambda: len(devices(installed, GPU_DRIVER)) == 8, 60, "8 GPUs in ResourceSlices")
     # Kept with the run's logs: docs/dra.md shows it.
@@ -75,6 +98,7 @@ def dra(installed: Cluster) -> Iterator[Cluster]:
     )
     (installed.logs / "resourceslices-dgx-nvidia.yaml").write_text(published.stdout)
     yield installed
+    label_nodes(installed, TO_DRA.split("=")[0] + "-")
     rollout(installed, OVERLAY)
     installed.kubectl("delete", "--ignore-not-found", *DRA_OBJECTS)
     # Unregistered DRA drivers' slices are the kubelet's to delete, after its delay: what
@@ -409,3 +433,40 @@ def test_a_four_chip_claim_matching_the_interconnect_group_gets_one_hccs_ring(
     chips = set(environment(dra, ns, "ring")["ASCEND_VISIBLE_DEVICES"].split(","))
     other = next(r for r in RINGS if taken not in r)
     assert chips == other, (taken, chips)
+
+
+@pytest.mark.nodes("dgx")
+def test_a_node_moves_between_device_plugin_and_dra_by_its_label(dra: Cluster, ns: str) -> None:
+    """The migration of docs/dra.md, both ways, with one pod spec (``nvidia.com/gpu: 2``):
+    the label removed and the node's devicehost pod restarted, the Node advertises 8 GPUs
+    again and the pod runs through the device plugin (no claim made for it); labelled and
+    restarted again, the GPUs are in ResourceSlices and the same spec runs from a claim."""
+    spec = pod_manifest("gpu2", {"nvidia.com/gpu": "2"})
+    dra.kubectl("label", "node", "dgx", TO_DRA.split("=")[0] + "-")
+    restart_devicehost(dra, "dgx")
+    wait_for(
+        lambda: device_resources(dra, "dgx").get("nvidia.com/gpu") == "8",
+        120,
+        "nvidia.com/gpu: 8 through the device plugin",
+    )
+    create_pod(dra, ns, spec)
+    wait_running(dra, ns, "gpu2")
+    visible = environment(dra, ns, "gpu2")["NVIDIA_VISIBLE_DEVICES"].split(",")
+    assert len(set(visible)) == 2, visible
+    assert "extendedResourceClaimStatus" not in pod(dra, ns, "gpu2")["status"]
+    dra.kubectl("-n", ns, "delete", "pod", "gpu2", "--wait=true", "--timeout=60s")
+
+    dra.kubectl("label", "node", "dgx", "--overwrite", TO_DRA)
+    restart_devicehost(dra, "dgx")
+    wait_for(lambda: len(devices(dra, GPU_DRIVER)) == 8, 120, "8 GPUs in ResourceSlices again")
+    wait_for(
+        lambda: "nvidia.com/gpu" not in device_resources(dra, "dgx"),
+        120,
+        "no GPU advertised by a device plugin",
+    )
+    create_pod(dra, ns, spec)
+    wait_running(dra, ns, "gpu2")
+    visible = environment(dra, ns, "gpu2")["NVIDIA_VISIBLE_DEVICES"].split(",")
+    assert len(set(visible)) == 2, visible
+    results = extended_claim(dra, ns, "gpu2")["status"]["allocation"]["devices"]["results"]
+    assert [r["driver"] for r in results] == [GPU_DRIVER] * 2, results

@@ -293,7 +293,7 @@ async def serve(
         if config.profiles and early is not None:  # a profile may choose other drivers
             await early.stop(STOP_GRACE_SECONDS)
             early = None
-        config = await for_this_node(config, _probe_labels)
+        config = await for_this_node(config, _probe_labels, _node_labels)
         host = Host(config, early=early, zygote=zygote)
     starting = asyncio.create_task(host.start(), name="start")
     stopping = asyncio.create_task(stop.wait(), name="stop-signal")
@@ -308,6 +308,18 @@ async def serve(
             task.cancel()
         await asyncio.gather(starting, stopping, return_exceptions=True)
         await host.stop()
+
+
+async def _node_labels(config: HostConfig) -> dict[str, str]:
+    """The labels of this node's Node object, read with the DRA face's client and
+    credentials (the pod's service account, or ``dra.kubeconfig``)."""
+    from devicehost.kubelet.dra.api import LightkubeApi
+
+    api = await asyncio.to_thread(LightkubeApi, config.kubeconfig)
+    try:
+        return await api.node_labels(config.node_name)
+    finally:
+        await api.close()
 
 
 async def _probe_labels(config: HostConfig) -> dict[str, str]:

@@ -21,6 +21,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from devicehost.config.profiles import Profile, parse_profiles
+from devicehost.config.resource_api import (
+    DEVICE_PLUGIN_API,
+    DRA_API,
+    parse_resource_sections,
+)
 from devicehost.errors import ConfigError
 
 API_VERSION = "devicehost/v1"
@@ -202,40 +207,6 @@ def _allowances(value: Any) -> dict[str, tuple[str, ...]]:
             )
         allowed[str(name)] = tuple(items)
     return allowed
-
-
-#: How a resource reaches the kubelet: the Device Plugin API (the default) or DRA.
-DEVICE_PLUGIN_API = "devicePlugin"
-DRA_API = "dra"
-_RESOURCE_KEYS = {"api": (DEVICE_PLUGIN_API, DRA_API)}
-
-
-def _resource_sections(value: Any) -> dict[str, dict[str, str]]:
-    """``{resource name: {api: devicePlugin | dra}}``: how each resource is served."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValueError("expected a mapping of resource name to its settings")
-    sections: dict[str, dict[str, str]] = {}
-    for name, section in value.items():
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"expected a resource name, got {_short(name)}")
-        if not isinstance(section, dict):
-            raise ValueError(f"expected a mapping for resource {name!r}, got {_short(section)}")
-        for key, raw in section.items():
-            choices = _RESOURCE_KEYS.get(key)
-            if choices is None:
-                raise ValueError(
-                    f"resource {name!r}: unknown key {key!r}; known keys: "
-                    f"{', '.join(_RESOURCE_KEYS)}"
-                )
-            if raw not in choices:
-                raise ValueError(
-                    f"resource {name!r}: {key} must be one of {', '.join(choices)}, "
-                    f"got {_short(raw)}"
-                )
-        sections[name] = {str(k): str(v) for k, v in section.items()}
-    return sections
 
 
 def _names(value: Any) -> dict[str, str]:
@@ -610,7 +581,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "resources",
         "resources",
-        _resource_sections,
+        parse_resource_sections,
         None,
         "per resource: api: devicePlugin (the default) or dra, how the kubelet gets it "
         "(docs/dra.md)",

@@ -1,16 +1,20 @@
-"""Per-node config profiles: one DaemonSet, one ConfigMap, different driver settings by node.
+"""Per-node config profiles: one DaemonSet, one ConfigMap, different settings by node.
 
 A mixed fleet has nodes that need different driver settings (Ascend 910 rings of four
-beside full-mesh 910B servers, GPUs with MIG on beside GPUs without). Instead of one
-DaemonSet per node type, the HostConfig lists ``profiles``; the first whose ``match``
-holds for the node is applied over the ``drivers`` section, driver by driver, key by key.
+beside full-mesh 910B servers, GPUs with MIG on beside GPUs without), and a fleet moving
+to DRA has nodes that serve a resource through it beside nodes that still serve it as a
+device plugin. Instead of one DaemonSet per node type, the HostConfig lists ``profiles``;
+the first whose ``match`` holds for the node is applied over the ``drivers`` section
+(driver by driver, key by key) and over ``resources`` (resource by resource).
 
 A profile matches on *node facts*: the node's name (``nodeNames``, shell-style patterns, any
-may match) and the labels the drivers report (``labels``, every one must be equal; keys as
-``<driver>.<key>``, the part after ``devicehost.feature.node.kubernetes.io/``). Both given:
-both must hold. The labels are the natural facts because they are exactly what the drivers
-detect (chip family, MIG capability) and what the node is labelled with, so
-``kubectl get node -o yaml`` shows an operator what a profile will see.
+may match), the labels the drivers report (``labels``, every one must be equal; keys as
+``<driver>.<key>``, the part after ``devicehost.feature.node.kubernetes.io/``), and the
+labels of the Node object (``nodeLabels``, every one must be equal; read from the API
+server at start, so ``kubectl label node`` and a restart of that node's pod move it).
+Given together, all must hold. The drivers' labels are the natural facts for hardware
+because they are exactly what the drivers detect (chip family, MIG capability); an
+operator's own label is the natural switch for a choice like DRA.
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devicehost.config.resource_api import lay_over, parse_resource_sections
 from devicehost.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 #: The label prefix the host writes (see devicehost.node.labels); stripped from facts.
 LABEL_PREFIX = "devicehost.feature.node.kubernetes.io/"
+MATCH_KEYS = {"nodeNames", "labels", "nodeLabels"}
 
 
 @dataclass(frozen=True)
@@ -36,21 +42,27 @@ class NodeFacts:
 
     node_name: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: The Node object's own labels (any key), when they were read.
+    node_labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Profile:
-    """One named set of driver settings and the nodes it is for."""
+    """One named set of driver and resource settings and the nodes it is for."""
 
     name: str
     node_names: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    node_labels: Mapping[str, str] = field(default_factory=dict)
     drivers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    resources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def matches(self, facts: NodeFacts) -> bool:
         if self.node_names and not any(
             fnmatch.fnmatchcase(facts.node_name, p) for p in self.node_names
         ):
+            return False
+        if not all(facts.node_labels.get(k) == v for k, v in self.node_labels.items()):
             return False
         return all(facts.labels.get(k) == v for k, v in self.labels.items())
 
@@ -60,17 +72,37 @@ class Profile:
             match["nodeNames"] = list(self.node_names)
         if self.labels:
             match["labels"] = dict(self.labels)
-        return {
+        if self.node_labels:
+            match["nodeLabels"] = dict(self.node_labels)
+        document = {
             "name": self.name,
             "match": match,
             "drivers": {k: dict(v) for k, v in self.drivers.items()},
         }
+        if self.resources:
+            document["resources"] = {k: dict(v) for k, v in self.resources.items()}
+        return document
 
 
 def _strings(where: str, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ValueError(f"{where}: expected a list of non-empty strings, got {value!r}")
     return tuple(value)
+
+
+def _node_label_map(where: str, value: Any) -> dict[str, str]:
+    """A Node's labels as the profile names them: any key, string values (YAML's
+    ``true`` is the label value ``"true"``)."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: expected a mapping of label key to value, got {value!r}")
+    labels: dict[str, str] = {}
+    for key, raw in value.items():
+        if isinstance(raw, bool):
+            raw = "true" if raw else "false"
+        if not isinstance(key, str) or not key or not isinstance(raw, str | int | float):
+            raise ValueError(f"{where}: label {key!r}: expected a string value, got {raw!r}")
+        labels[key] = str(raw)
+    return labels
 
 
 def _label_map(where: str, value: Any) -> dict[str, str]:
@@ -87,7 +119,8 @@ def _label_map(where: str, value: Any) -> dict[str, str]:
 
 
 def parse_profiles(value: Any) -> tuple[Profile, ...]:
-    """The ``profiles`` setting: a list of ``{name, match: {nodeNames, labels}, drivers}``."""
+    """The ``profiles`` setting: a list of ``{name, match: {nodeNames, labels, nodeLabels},
+    drivers, resources}``."""
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -97,34 +130,44 @@ def parse_profiles(value: Any) -> tuple[Profile, ...]:
         where = f"[{index}]"
         if not isinstance(entry, dict):
             raise ValueError(f"{where}: expected a mapping, got {entry!r}")
-        unknown = set(entry) - {"name", "match", "drivers"}
+        unknown = set(entry) - {"name", "match", "drivers", "resources"}
         if unknown:
             raise ValueError(
-                f"{where}: unknown keys {sorted(unknown)}; known: name, match, drivers"
+                f"{where}: unknown keys {sorted(unknown)}; known: name, match, drivers, resources"
             )
         name = entry.get("name")
         if not isinstance(name, str) or not name:
             raise ValueError(f"{where}.name: expected a non-empty string, got {name!r}")
         where = f"[{index}] ({name})"
         match = entry.get("match") or {}
-        if not isinstance(match, dict) or set(match) - {"nodeNames", "labels"} or not match:
+        if not isinstance(match, dict) or set(match) - MATCH_KEYS or not match:
             raise ValueError(
-                f"{where}.match: expected nodeNames and/or labels, got {match!r} "
+                f"{where}.match: expected nodeNames, labels and/or nodeLabels, got {match!r} "
                 "(a profile without a match would apply to every node: use drivers instead)"
             )
         drivers = entry.get("drivers") or {}
         if not isinstance(drivers, dict) or not all(isinstance(v, dict) for v in drivers.values()):
             raise ValueError(f"{where}.drivers: expected a mapping of driver name to settings")
-        profiles.append(
-            Profile(
-                name=name,
-                node_names=_strings(f"{where}.match.nodeNames", match["nodeNames"])
-                if "nodeNames" in match
-                else (),
-                labels=_label_map(f"{where}.match.labels", match.get("labels") or {}),
-                drivers={str(k): dict(v) for k, v in drivers.items()},
-            )
+        try:
+            resources = parse_resource_sections(entry.get("resources"))
+        except ValueError as exc:
+            raise ValueError(f"{where}.resources: {exc}") from None
+        profile = Profile(
+            name=name,
+            node_names=_strings(f"{where}.match.nodeNames", match["nodeNames"])
+            if "nodeNames" in match
+            else (),
+            labels=_label_map(f"{where}.match.labels", match.get("labels", {})),
+            node_labels=_node_label_map(f"{where}.match.nodeLabels", match.get("nodeLabels", {})),
+            drivers={str(k): dict(v) for k, v in drivers.items()},
+            resources=resources,
         )
+        if not (profile.node_names or profile.labels or profile.node_labels):
+            raise ValueError(
+                f"{where}.match: names no node name, label or node label, so it would apply "
+                "to every node: use drivers and resources instead"
+            )
+        profiles.append(profile)
     names = [p.name for p in profiles]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -148,28 +191,42 @@ def apply(
     return merged
 
 
+def apply_resources(
+    resources: Mapping[str, Mapping[str, str]], profile: Profile | None
+) -> dict[str, dict[str, str]]:
+    """The ``resources`` setting with ``profile``'s sections laid over it (per resource)."""
+    return lay_over(resources, profile.resources if profile is not None else {})
+
+
 def needs_labels(profiles: Sequence[Profile]) -> bool:
     """True when some profile matches on labels, so the drivers must be asked first."""
     return any(p.labels for p in profiles)
 
 
+def needs_node_labels(profiles: Sequence[Profile]) -> bool:
+    """True when some profile matches on the Node's labels, so they must be read first."""
+    return any(p.node_labels for p in profiles)
+
+
 def facts_from_document(doc: Any) -> NodeFacts:
-    """Node facts from a facts file: ``{nodeName, labels}``, or a Kubernetes Node object
-    as ``kubectl get node NAME -o yaml`` prints it (its name and labels)."""
+    """Node facts from a facts file: ``{nodeName, labels, nodeLabels}``, or a Kubernetes
+    Node object as ``kubectl get node NAME -o yaml`` prints it (its name and labels: the
+    drivers' among them, and all of them as the Node's)."""
     if not isinstance(doc, dict):
         raise ValueError("expected a mapping with nodeName and labels, or a Node object")
     if doc.get("kind") == "Node":
         metadata = doc.get("metadata") or {}
-        name, raw_labels = metadata.get("name", ""), metadata.get("labels") or {}
-        labels = {k: v for k, v in raw_labels.items() if str(k).startswith(LABEL_PREFIX)}
+        name, node_labels = metadata.get("name", ""), metadata.get("labels") or {}
+        labels = {k: v for k, v in node_labels.items() if str(k).startswith(LABEL_PREFIX)}
     else:
-        unknown = set(doc) - {"nodeName", "labels"}
+        unknown = set(doc) - {"nodeName", "labels", "nodeLabels"}
         if unknown:
-            raise ValueError(f"unknown keys {sorted(unknown)}; known: nodeName, labels")
+            raise ValueError(f"unknown keys {sorted(unknown)}; known: nodeName, labels, nodeLabels")
         name, labels = doc.get("nodeName", ""), doc.get("labels") or {}
+        node_labels = doc.get("nodeLabels") or {}
     if not isinstance(name, str):
         raise ValueError(f"nodeName: expected a string, got {name!r}")
-    return NodeFacts(name, _label_map("labels", labels))
+    return NodeFacts(name, _label_map("labels", labels), _node_label_map("nodeLabels", node_labels))
 
 
 def facts_file(path: Path) -> NodeFacts:

@@ -74,6 +74,17 @@ class LightkubeApi:
             raise ApiProblem(f"reading Node {node}: it has no UID")
         return str(uid)
 
+    async def node_labels(self, node: str) -> dict[str, str]:
+        """The Node's labels (what a profile's ``match.nodeLabels`` compares)."""
+        from lightkube.resources.core_v1 import Node
+
+        try:
+            found = await self.client.get(Node, node)
+        except Exception as exc:
+            raise ApiProblem(_problem(f"reading Node {node}", exc)) from None
+        labels = found.metadata.labels if found.metadata else None
+        return {str(k): str(v) for k, v in (labels or {}).items()}
+
     async def list_slices(self, node: str, driver: str) -> list[dict[str, Any]]:
         fields: dict[str, Any] = {"spec.nodeName": node, "spec.driver": driver}
         try:

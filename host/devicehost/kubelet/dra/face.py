@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from devicehost.config.host_config import DRA_API, HostConfig
+from devicehost.config.host_config import HostConfig
+from devicehost.config.resource_api import DRA_API
 from devicehost.drivers.ownership import Claim
 from devicehost.drivers.validation import Invalid, allocation_from_plain
 from devicehost.edits.compose import PolicyChain
