@@ -435,6 +435,61 @@ def test_a_four_chip_claim_matching_the_interconnect_group_gets_one_hccs_ring(
     assert chips == other, (taken, chips)
 
 
+def attribute(cluster: Cluster, driver: str, device: str, name: str) -> str:
+    """A string attribute of one device in the driver's slices on the DGX node."""
+    (found,) = [d for d in devices(cluster, driver) if d["name"] == device]
+    value: str = found["attributes"][name]["string"]
+    return value
+
+
+@pytest.mark.nodes("dgx")
+def test_a_claim_gets_the_gpu_next_to_its_hca_by_pcie_root(dra: Cluster, ns: str) -> None:
+    """One claim, a GPU and an exclusive HCA, constrained to one
+    ``resource.kubernetes.io/pcieRoot``, the HCA being mlx5_6 (0000:9a:00.0): the scheduler
+    gives the GPU behind the same PCIe switch, 0000:9d:00.0 (GPU 4 of the DGX H100), and
+    both reach the container (the GPU in NVIDIA_VISIBLE_DEVICES, the HCA's uverbs node)."""
+    root = "resource.kubernetes.io/pcieRoot"
+    nic = 'device.attributes["resource.kubernetes.io"].pciBusID == "0000:9a:00.0"'
+    requests = [
+        {"name": "gpu", "exactly": {"deviceClassName": GPU_DRIVER, "count": 1}},
+        {
+            "name": "hca",
+            "exactly": {
+                "deviceClassName": HCA_DRIVER,
+                "count": 1,
+                "selectors": [{"cel": {"expression": nic}}],
+            },
+        },
+    ]
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "pair"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": requests,
+                    "constraints": [{"requests": ["gpu", "hca"], "matchAttribute": root}],
+                }
+            }
+        },
+    }
+    dra.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(template))
+    create_pod(dra, ns, claim_pod("pair", "pair"))
+    wait_running(dra, ns, "pair")
+    (claim,) = dra.get("-n", ns, "resourceclaims")["items"]
+    got = {r["request"]: r for r in claim["status"]["allocation"]["devices"]["results"]}
+    gpu, hca = got["gpu"], got["hca"]
+    pci = "resource.kubernetes.io/pciBusID"
+    assert attribute(dra, GPU_DRIVER, gpu["device"], pci) == "0000:9d:00.0", gpu
+    assert attribute(dra, GPU_DRIVER, gpu["device"], root) == attribute(
+        dra, HCA_DRIVER, hca["device"], root
+    )
+    assert len(environment(dra, ns, "pair")["NVIDIA_VISIBLE_DEVICES"].split(",")) == 1
+    nodes = char_devices(dra, ns, "pair", "/dev/infiniband/*")
+    assert len([n for n in nodes if "uverbs" in n]) == 1, nodes
+
+
 @pytest.mark.nodes("dgx")
 def test_a_node_moves_between_device_plugin_and_dra_by_its_label(dra: Cluster, ns: str) -> None:
     """The migration of docs/dra.md, both ways, with one pod spec (``nvidia.com/gpu: 2``):

@@ -125,7 +125,7 @@ def build_tree(root: Path, node: SimNode, driver_root: str = "/") -> None:
                 numa_node=gpu.numa_node,
                 driver="nvidia",
                 device_class="0x030200",
-                bus=f"pci0000:{complex_}/{bridge}",
+                bus=gpu.pcie_bus or f"pci0000:{complex_}/{bridge}",
             )
         _add_node(fake, f"{prefix}/dev/nvidia{gpu.minor}")
     for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"):

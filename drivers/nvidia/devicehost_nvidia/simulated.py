@@ -139,6 +139,9 @@ class SimGpu:
     compute_capability: tuple[int, int] = (8, 0)
     #: The simulation's own VBIOS version (in the format nvidia-smi shows).
     vbios_version: str = DEFAULT_VBIOS
+    #: The bridges above it in sysfs, from its root complex (``pci0000:15/0000:15:01.0/…``);
+    #: empty: one made up from its NUMA node and PCIe switch.
+    pcie_bus: str = ""
 
     @property
     def mig_enabled(self) -> bool:
@@ -249,6 +252,21 @@ def default_node(
 DGX_H100_GPU_BUSES = (0x1B, 0x43, 0x52, 0x61, 0x9D, 0xC3, 0xD1, 0xDF)
 
 
+def dgx_h100_gpu_bridges(bus: int) -> str:
+    """The bridges above the DGX H100 GPU on ``bus``: the PCIe switch it shares with its
+    compute NIC (three buses below it), so both have one root complex, as the RDMA
+    simulation lays out the NIC's side (``devicehost_rdma.simulated.dgx_h100``: root port
+    ``<nic bus - 3>:01.0``, switch upstream ``<nic bus - 2>:00.0``, the NIC's downstream
+    port ``<nic bus - 1>:00.0``); the GPU hangs off a second downstream port of that switch.
+    Real bridge addresses differ; the grouping, which ``resource.kubernetes.io/pcieRoot``
+    shows, is the machine's."""
+    nic = bus - 3
+    return (
+        f"pci0000:{nic - 3:02x}/0000:{nic - 3:02x}:01.0/0000:{nic - 2:02x}:00.0/"
+        f"0000:{nic - 1:02x}:04.0"
+    )
+
+
 def dgx_h100_node(mig: Mapping[int, Iterable[str]] | None = None) -> SimNode:
     """The GPU part of an NVIDIA DGX H100 (source: NVIDIA DGX H100/H200 User Guide,
     "Introduction: hardware overview" and "Network Connections, Cables, and Adaptors"):
@@ -273,6 +291,7 @@ def dgx_h100_node(mig: Mapping[int, Iterable[str]] | None = None) -> SimNode:
                 recovery_action_supported=True,
                 compute_capability=(9, 0),
                 vbios_version="96.00.00.00.01",
+                pcie_bus=dgx_h100_gpu_bridges(bus),
             )
             for i, bus in enumerate(DGX_H100_GPU_BUSES)
         ],
