@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -164,6 +165,22 @@ def scripted(host: Any, resource: str) -> ScriptedControl:
     name = host.host.resources[resource].driver.name
     root = host.host.simulated_root(name) or host.config.root
     return ScriptedControl(root, name)
+
+
+def terminate(process: subprocess.Popen[Any], timeout: float = 30) -> None:
+    """Stop a ``devicehost run`` as the kubelet's container runtime does (SIGTERM) and check
+    it exits 0 within ``timeout`` seconds."""
+    process.send_signal(signal.SIGTERM)
+    code = process.wait(timeout=timeout)
+    assert code == 0, f"devicehost run exited {code} on SIGTERM"
+
+
+def reap(process: subprocess.Popen[Any]) -> None:
+    """Kill and wait for ``process`` if it still runs: a test's ``finally``, so a failure
+    never leaves a host behind."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
 
 
 # -- the stop check ---------------------------------------------------------------------------

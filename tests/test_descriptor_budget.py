@@ -25,7 +25,7 @@ import pytest
 
 from devicehost import Device
 from devicehost.testing import KubeletStandIn, OtlpReceiver, write_distribution
-from support import SCRIPTED, ScriptedControl, descendants, eventually
+from support import SCRIPTED, ScriptedControl, descendants, eventually, reap, terminate
 
 GOOD = "test.example/good"
 LIMIT = 160
@@ -129,12 +129,9 @@ def at_the_limit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AtTheLimi
         yield state
         text = log.read_text()
         assert "Too many open files" not in text and "EMFILE" not in text, text[-3000:]
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0
+        terminate(process, timeout=30)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        reap(process)
         kubelet.close()
         receiver.stop()
 

@@ -34,7 +34,7 @@ from devicehost._proto.deviceplugin.v1beta1 import api_pb2 as pb
 from devicehost.drivers.discovery import DriverStatus
 from devicehost.drivers.process import WORKER_THREADS
 from devicehost.testing import HostThread, KubeletStandIn, write_distribution
-from support import SCRIPTED, eventually, run_scripted
+from support import SCRIPTED, eventually, reap, run_scripted, terminate
 from support import scripted as scripted_control
 from testdrivers.faulty import MALFORMED_EXTRAS
 
@@ -290,8 +290,7 @@ def test_kill_9_then_restart_cleans_stale_socket_and_reregisters(tmp_path, plugi
         with socket.socket(socket.AF_UNIX) as probe:
             probe.connect(str(path))  # the fresh socket answers
         assert kubelet.allocate(RES, [["dev-2"]])[0].envs == {"SCRIPTED_DEVICES": "dev-2"}
-        second.send_signal(signal.SIGTERM)
-        assert second.wait(timeout=10) == 0
+        terminate(second, timeout=10)
         assert not path.exists()
     finally:
         for process in (first, second):
@@ -893,12 +892,9 @@ def test_a_driver_declaring_more_resources_than_descriptors_allow_leaves_the_res
         assert kubelet.allocate("test.example/good", [["g-1"]])[0].envs == {
             "SCRIPTED_DEVICES": "g-1"
         }
-        host.send_signal(signal.SIGTERM)
-        assert host.wait(timeout=60) == 0
+        terminate(host, timeout=60)
     finally:
-        if host.poll() is None:
-            host.kill()
-            host.wait()
+        reap(host)
 
 
 def test_a_worker_that_closes_its_own_channel_is_restarted_and_serves_again(

@@ -28,7 +28,7 @@ from devicehost import Device
 from devicehost.drivers.discovery import DriverStatus
 from devicehost.drivers.protocol import MAX_MESSAGE_BYTES, PART_BYTES, to_plain
 from devicehost.testing import HostThread, KubeletStandIn, write_distribution
-from support import SCRIPTED, UNHURRIED_SECONDS, ScriptedControl, eventually
+from support import SCRIPTED, UNHURRIED_SECONDS, ScriptedControl, eventually, reap, terminate
 from support import scripted as scripted_control
 from testdrivers.wrecking import ESCAPING_RESOURCE, UNCHECKED_IDS
 
@@ -326,9 +326,7 @@ def test_devicehost_run_with_every_bad_driver_serves_the_good_one_and_stops_on_s
         print(log.read_text())  # what the host said, shown with the failure
         raise
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        reap(process)
 
 
 # -- supervision that never ends: stderr, liveness, node files (issue 24) --------------------
@@ -531,8 +529,7 @@ def test_devicehost_drivers_shows_the_running_daemon_and_sigterm_ends_a_frozen_t
         worker = next(p for p in children_of(zygote))
         os.kill(worker, signal.SIGSTOP)
         sent = time.monotonic()
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=2.0) == 0
+        terminate(process, timeout=2.0)
         print(f"\nSIGTERM to exit, zygote and a worker frozen: {time.monotonic() - sent:.2f} s")
         assert sorted(p.name for p in plugin_dir.iterdir()) == ["kubelet.sock"]
         eventually(lambda: not [p for p in tree if Path(f"/proc/{p}").exists()])
@@ -543,9 +540,7 @@ def test_devicehost_drivers_shows_the_running_daemon_and_sigterm_ends_a_frozen_t
         for pid in tree:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        reap(process)
 
 
 def test_devicehost_drivers_without_a_daemon_shows_a_hung_enumerate_as_hung(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 
 from devicehost.kubelet.deviceplugin.plugin_dir_lock import PluginDirInUse
 from devicehost.testing import HostThread, KubeletStandIn
-from support import SCRIPTED, UNHURRIED_SECONDS, eventually, run_scripted
+from support import SCRIPTED, UNHURRIED_SECONDS, eventually, reap, run_scripted, terminate
 from support import scripted as scripted_control
 
 RES = "test.example/dev"
@@ -375,8 +375,7 @@ def test_simulated_tree_is_removed_on_exit_and_a_crashed_runs_is_swept(
         kubelet.wait_registered(RES, count=2, timeout=20)
         [fresh] = sim_trees(tmp)
         assert fresh != crashed
-        second.send_signal(signal.SIGTERM)
-        assert second.wait(timeout=10) == 0
+        terminate(second, timeout=10)
         assert sim_trees(tmp) == []
     finally:
         for process in (first, second):
@@ -425,9 +424,7 @@ def test_sigterm_early_in_start_up_exits_0_and_leaves_nothing(tmp_path, plugin_d
         assert "Traceback" not in stderr.decode()
         assert sim_trees(tmp) == []
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
+        reap(run)
 
 
 def test_simulated_trees_go_to_memory_unless_tmpdir_says_otherwise(tmp_path, monkeypatch):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from devicehost.testing import KubeletStandIn
+from support import reap, terminate
 
 BUNDLED = "nvidia,ascend,rdma"
 
@@ -132,9 +132,6 @@ def test_run_simulate_node_serves_the_machine_to_the_kubelet(
         nics = kubelet.wait_devices("rdma/hca", lambda d: len(d) == 8, timeout=60)
         assert all(i.startswith("GPU-") for i in gpus)
         assert sorted(nics)[0] == "0000:18:00.0"
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0
+        terminate(process, timeout=30)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        reap(process)

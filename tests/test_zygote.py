@@ -13,7 +13,7 @@ from pathlib import Path
 
 from devicehost.drivers.discovery import DriverStatus
 from devicehost.testing import KubeletStandIn, write_distribution
-from support import SCRIPTED, eventually, modules_after
+from support import SCRIPTED, eventually, modules_after, reap, terminate
 
 PROBES = ("probe-a", "probe-b")
 
@@ -79,13 +79,10 @@ def test_devicehost_run_forks_every_worker_from_one_zygote_without_grpc(
             int(p) for p in os.listdir("/proc") if p.isdigit() and safe_parent(int(p)) in parents
         ]
         assert sorted(name_of(pid) for pid in workers) == ["dh-probe-a", "dh-probe-b"]
-        host.send_signal(signal.SIGTERM)
-        assert host.wait(timeout=10) == 0
+        terminate(host, timeout=10)
         eventually(lambda: not Path(f"/proc/{zygote}").exists(), timeout=5)
     finally:
-        if host.poll() is None:
-            host.kill()
-            host.wait()
+        reap(host)
 
 
 def test_a_killed_zygote_is_replaced_and_its_drivers_come_back(install, run_host, kubelet):
@@ -189,12 +186,9 @@ def test_devicehost_run_takes_over_workers_the_zygote_started_at_its_fork(
         assert sorted(name for name, _ in taken) == list(PROBES), text
         zygotes = {zygote_of(int(pid)) for _, pid in taken}
         assert len(zygotes) == 1 and parent_of(zygotes.pop()) == host.pid
-        host.send_signal(signal.SIGTERM)
-        assert host.wait(timeout=10) == 0
+        terminate(host, timeout=10)
     finally:
-        if host.poll() is None:
-            host.kill()
-            host.wait()
+        reap(host)
 
 
 PRESTART_SCENARIO = """
