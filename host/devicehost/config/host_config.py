@@ -13,6 +13,7 @@ import dataclasses
 import io
 import math
 import os
+import re
 import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +45,16 @@ def _short(value: Any) -> str:
     """``repr(value)``, cut short: a config error quotes the value, not a 5000-digit number."""
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+_POD_UID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
+
+
+def _pod_uid(value: Any) -> str:
+    text = _text(value)
+    if text and not _POD_UID_RE.match(text):
+        raise ValueError(f"expected a pod UID (letters, digits, '-'), got {_short(value)}")
+    return text
 
 
 def _positive_float(value: Any) -> float:
@@ -253,6 +264,9 @@ class HostConfig:
     root: Path = Path("/")
     pod_resources_socket: Path | None = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
     node_name: str = ""
+    #: This devicehost pod's UID (the downward API's metadata.uid): DRA sockets named per
+    #: pod, so two instances serve during a DaemonSet's surge.
+    pod_uid: str = ""
     enabled_drivers: tuple[str, ...] | None = None
     disabled_drivers: tuple[str, ...] = ()
     scan_interval: float = 10.0
@@ -373,6 +387,13 @@ SETTINGS: tuple[Setting, ...] = (
         _text,
         "DEVICEHOST_NODE_NAME",
         "this node's name, for k8s.node.name on spans",
+    ),
+    Setting(
+        "podUid",
+        "pod_uid",
+        _pod_uid,
+        "DEVICEHOST_POD_UID",
+        "this pod's UID: DRA sockets named per pod, for rolling updates with surge",
     ),
     Setting(
         "enabledDrivers",

@@ -110,6 +110,11 @@ class Checkpoint:
         self.path = path
         self.claims: dict[str, PreparedClaim] = self._load()
 
+    def reload(self) -> None:
+        """Read the file again: another instance of this driver (a rolling update's) may
+        have written it since."""
+        self.claims = self._load()
+
     def _load(self) -> dict[str, PreparedClaim]:
         try:
             with open_regular(self.path) as (fd, _):

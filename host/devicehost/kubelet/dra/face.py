@@ -45,6 +45,8 @@ from devicehost.telemetry.facade import Telemetry
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "checkpoint.json"
+#: Locked around every change of the claims, by every instance of the driver on the node.
+LOCK_FILE = "serialize.lock"
 
 
 class ApiClient(SliceApi, ClaimSource, Protocol):
@@ -288,6 +290,7 @@ class DraFace:
             Checkpoint(directory / CHECKPOINT_FILE),
             entry.policies,
             hooks=functools.partial(self._hooks, entry),
+            lock_path=directory / LOCK_FILE,
         )
         plugin = DraPlugin(
             entry.name,
@@ -296,6 +299,7 @@ class DraFace:
             publisher.republish,
             self.telemetry.tracing,
             HealthServicer(lambda: self._pool(entry), entry.changes),
+            pod_uid=self.config.pod_uid,
         )
         await plugin.start()
         entry.plugin, entry.publisher = plugin, publisher

@@ -2,14 +2,21 @@
 
 Paths follow the kubelet's layout (k8s.io/dynamic-resource-allocation v0.37.2
 ``kubeletplugin``): the DRA service on ``<kubelet dir>/plugins/<driver>/dra.sock``, the
-registration on ``<kubelet dir>/plugins_registry/<driver>-reg.sock``. The DRA socket is
-served first, so the kubelet never finds a registration whose endpoint is not there; the
-registration socket is removed first on stop, so the kubelet unregisters the driver.
+registration on ``<kubelet dir>/plugins_registry/<driver>-reg.sock``. Given this pod's
+UID (a DaemonSet rolling with surge runs two instances of one driver on a node, and a
+kubelet since 1.33 talks to both), both are named per pod as ``kubeletplugin``'s
+``RollingUpdate`` names them: ``dra-<uid>.sock`` and ``<driver>-<uid>-reg.sock``
+(shortened to a hash of the UID when the path would be too long for a unix socket).
+The DRA socket is served first, so the kubelet never finds a registration whose endpoint
+is not there; the registration socket is removed first on stop, so the kubelet
+unregisters the driver.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import logging
 import os
 from collections.abc import Callable
@@ -40,8 +47,38 @@ def driver_dir(kubelet_dir: Path, driver: str) -> Path:
     return kubelet_dir / "plugins" / driver
 
 
-def registration_socket(kubelet_dir: Path, driver: str) -> Path:
-    return kubelet_dir / "plugins_registry" / f"{driver}-reg.sock"
+#: The longest unix socket path ``kubeletplugin`` names (``unixPathMax``).
+UNIX_PATH_MAX = 108
+
+
+def _digest(text: str, size: int) -> str:
+    return (
+        base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()[:size]).decode().rstrip("=")
+    )
+
+
+def registration_socket(kubelet_dir: Path, driver: str, pod_uid: str = "") -> Path:
+    """``<driver>-reg.sock``; with a pod UID the first of ``kubeletplugin``'s rolling-update
+    names whose path fits (``RollingUpdateRegistrarSocketFile``): ``<driver>-<uid>-reg.sock``,
+    ``<driver>-<8 bytes of SHA-256(uid)>-reg.sock``, ``dra-<16 bytes of SHA-256(driver NUL
+    uid)>-reg.sock`` (URL-safe base64, unpadded)."""
+    directory = kubelet_dir / "plugins_registry"
+    if not pod_uid:
+        return directory / f"{driver}-reg.sock"
+    candidates = (
+        f"{driver}-{pod_uid}-reg.sock",
+        f"{driver}-{_digest(pod_uid, 8)}-reg.sock",
+        f"dra-{_digest(driver + chr(0) + pod_uid, 16)}-reg.sock",
+    )
+    for name in candidates:
+        if len(str(directory / name)) <= UNIX_PATH_MAX:
+            return directory / name
+    return directory / candidates[-1]
+
+
+def dra_socket(kubelet_dir: Path, driver: str, pod_uid: str = "") -> Path:
+    """``dra.sock`` in the driver's directory; ``dra-<uid>.sock`` with a pod UID."""
+    return driver_dir(kubelet_dir, driver) / (f"dra-{pod_uid}.sock" if pod_uid else "dra.sock")
 
 
 async def _serve(path: Path, add: list[Callable[[grpc.aio.Server], None]]) -> grpc.aio.Server:
@@ -83,13 +120,15 @@ class DraPlugin:
         on_registered: Callable[[], None] | None = None,
         spans: Tracing | None = None,
         health: HealthServicer | None = None,
+        pod_uid: str = "",
     ) -> None:
-        """``health``: device health streamed to the kubelet, on the same socket."""
+        """``health``: device health streamed to the kubelet, on the same socket;
+        ``pod_uid``: this pod's, to name the sockets per pod (rolling updates)."""
         self.driver = driver
         self.spans = spans
         self.health = health
-        self.dra_socket = driver_dir(kubelet_dir, driver) / "dra.sock"
-        self.registration_socket = registration_socket(kubelet_dir, driver)
+        self.dra_socket = dra_socket(kubelet_dir, driver, pod_uid)
+        self.registration_socket = registration_socket(kubelet_dir, driver, pod_uid)
         self.registration = RegistrationServicer(
             driver,
             str(self.dra_socket),

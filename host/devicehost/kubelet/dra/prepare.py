@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from devicehost.edits.cdi import VENDOR, container_edits, minimum_version, write_atomically
 from devicehost.edits.compose import CompositionClash, PolicyChain, compose
@@ -44,6 +46,8 @@ _UID_RE = UID_RE
 #: How long one claim's read may take (the kubelet's own call has no deadline of its own
 #: worth waiting for: it retries a failed prepare).
 CLAIM_READ_SECONDS = 10.0
+#: How often a call waiting for another instance's lock tries again.
+LOCK_POLL_SECONDS = 0.01
 
 
 class PrepareError(Exception):
@@ -97,9 +101,12 @@ class Preparer:
         policies: PolicyChain | None = None,
         claim_timeout: float = CLAIM_READ_SECONDS,
         hooks: DriverHooks | None = None,
+        lock_path: Path | None = None,
     ) -> None:
         """``claim_timeout``: how long one claim's read from the API server may take;
-        ``hooks``: the driver's hooks (none: compose from the snapshot alone)."""
+        ``hooks``: the driver's hooks (none: compose from the snapshot alone);
+        ``lock_path``: the file every instance of this driver on the node locks around a
+        change of its claims (two run during a rolling update)."""
         self.driver = driver
         self.hooks = hooks
         self.claim_timeout = claim_timeout
@@ -109,15 +116,60 @@ class Preparer:
         self.checkpoint = checkpoint
         self.policies = policies
         self.kind = f"{VENDOR}/{claim_class(driver)}"
+        self.lock_path = lock_path
         self._lock = asyncio.Lock()
-        self._remove_orphans()
+        self._orphans_removed = False
+        fd = self._try_lock()
+        if fd is not False:  # else another instance is mid-call: the first call here does it
+            try:
+                self._remove_orphans()
+            finally:
+                _unlock(fd)
 
     def spec_path(self, uid: str) -> Path:
         return self.cdi_dir / f"{VENDOR}-{claim_class(self.driver)}_{uid}.json"
 
+    def _try_lock(self) -> int | Literal[False] | None:
+        """The lock file's descriptor, locked; None without a lock file; False when another
+        instance holds it."""
+        if self.lock_path is None:
+            return None
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_path, flags, 0o600)
+        except OSError as exc:
+            raise PrepareError(
+                f"cannot open the lock file {self.lock_path}: {exc.strerror or exc}"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        return fd
+
+    @contextlib.asynccontextmanager
+    async def _shared(self) -> AsyncIterator[None]:
+        """One change of this driver's claims at a time, in this process and across every
+        instance of the driver on the node: the process's lock, then the lock file (waited
+        for without blocking the loop), and the checkpoint read again under both, since
+        another instance may have prepared or unprepared a claim meanwhile."""
+        async with self._lock:
+            while (fd := self._try_lock()) is False:
+                await asyncio.sleep(LOCK_POLL_SECONDS)
+            try:
+                self.checkpoint.reload()
+                if not self._orphans_removed:
+                    self._remove_orphans()
+                yield
+            finally:
+                _unlock(fd)
+
     def _remove_orphans(self) -> None:
         """Remove claim specs of this driver that no checkpointed claim names (a crash
         between writing a spec and the checkpoint)."""
+        self._orphans_removed = True
         kept = {self.spec_path(uid) for uid in self.checkpoint.claims}
         for path in self.cdi_dir.glob(f"{VENDOR}-{claim_class(self.driver)}_*.json"):
             if path not in kept:
@@ -131,7 +183,7 @@ class Preparer:
         """Prepare the claim (or answer as before when it is prepared already)."""
         if not _UID_RE.match(uid):
             raise PrepareError(f"claim {namespace}/{name}: UID {uid!r:.80} is not a UID")
-        async with self._lock:
+        async with self._shared():
             done = self.checkpoint.claims.get(uid)
         if done is not None:
             return done
@@ -153,7 +205,7 @@ class Preparer:
         view = self.pool()
         by_resource, requests = self._resolve(view, allocation)
         extras = await self._driver_edits(by_resource)  # without the lock: hooks take time
-        async with self._lock:
+        async with self._shared():
             done = self.checkpoint.claims.get(uid)  # prepared meanwhile by another call
             if done is not None:
                 return done
@@ -291,7 +343,7 @@ class Preparer:
         here, or unprepared already, is done."""
         if not _UID_RE.match(uid):
             raise PrepareError(f"UID {uid!r:.80} is not a UID")
-        async with self._lock:
+        async with self._shared():
             claim = self.checkpoint.drop(uid)
             # Recomputed from the UID, never taken from the checkpoint: a file on the node
             # others can reach must not name what is deleted.
@@ -305,3 +357,8 @@ class Preparer:
                     claim.name,
                     uid,
                 )
+
+
+def _unlock(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)  # closing the descriptor releases its lock
