@@ -26,7 +26,7 @@ from harness.pods import (
     wait_running,
 )
 from test_allocation import char_devices
-from test_health import FIRST_HCA, SET_LINK, allocated_health
+from test_health import FIRST_HCA, SET_LINK, health_follows_the_link
 from test_traces import span_names, traces
 
 from conftest import E2E, OVERLAY, devicehost_pods, rollout, wait_devicehost_ready
@@ -215,6 +215,17 @@ def extended_claim(cluster: Cluster, ns: str, name: str) -> dict:
     return claim
 
 
+def two_gpus_run(cluster: Cluster, ns: str) -> dict:
+    """test_allocation's pod spec, ``nvidia.com/gpu: 2``, as pod gpu2: it runs with two GPU
+    UUIDs in NVIDIA_VISIBLE_DEVICES. Its status."""
+    create_pod(cluster, ns, pod_manifest("gpu2", {"nvidia.com/gpu": "2"}))
+    wait_running(cluster, ns, "gpu2")
+    visible = environment(cluster, ns, "gpu2")["NVIDIA_VISIBLE_DEVICES"].split(",")
+    assert len(set(visible)) == 2 and all(v.startswith("GPU-") for v in visible), visible
+    status: dict = pod(cluster, ns, "gpu2")["status"]
+    return status
+
+
 @pytest.mark.nodes("dgx")
 def test_a_pod_asking_for_nvidia_com_gpu_by_name_is_served_through_dra(
     dra: Cluster, ns: str
@@ -223,10 +234,7 @@ def test_a_pod_asking_for_nvidia_com_gpu_by_name_is_served_through_dra(
     serves its GPUs through DRA: the scheduler makes the pod a claim from the DeviceClass
     whose extendedResourceName is nvidia.com/gpu, devicehost prepares it, and the container
     has two GPUs in NVIDIA_VISIBLE_DEVICES, as through the device plugin."""
-    create_pod(dra, ns, pod_manifest("gpu2", {"nvidia.com/gpu": "2"}))
-    wait_running(dra, ns, "gpu2")
-    visible = environment(dra, ns, "gpu2")["NVIDIA_VISIBLE_DEVICES"].split(",")
-    assert len(set(visible)) == 2 and all(v.startswith("GPU-") for v in visible), visible
+    two_gpus_run(dra, ns)
     results = extended_claim(dra, ns, "gpu2")["status"]["allocation"]["devices"]["results"]
     assert [r["driver"] for r in results] == [GPU_DRIVER] * 2, results
 
@@ -333,31 +341,8 @@ def test_a_dra_pods_hca_turns_unhealthy_and_back_in_its_status(dra: Cluster, ns:
     dra.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(template))
     create_pod(dra, ns, claim_pod("hca", "first-hca"))
     wait_running(dra, ns, "hca")
-    status = "claim:gpus"  # the pod's claim (its container names no request of it)
-    health = wait_for(
-        lambda: allocated_health(dra, ns, "hca", status) or None,
-        60,
-        "the HCA in the container's allocatedResourcesStatus",
-    )
-    ((device, first),) = health.items()
-    assert first == "Healthy", health
-    devicehost = devicehost_pods(dra)["dgx"]["metadata"]["name"]
-    exec_in(dra, "devicehost", devicehost, SET_LINK.format(device=FIRST_HCA, up=False))
-    try:
-        wait_for(
-            lambda: allocated_health(dra, ns, "hca", status) == {device: "Unhealthy"},
-            90,
-            f"{device} Unhealthy in the pod's status",
-        )
-    finally:
-        exec_in(dra, "devicehost", devicehost, SET_LINK.format(device=FIRST_HCA, up=True))
-    wait_for(
-        lambda: allocated_health(dra, ns, "hca", status) == {device: "Healthy"},
-        90,
-        f"{device} Healthy again in the pod's status",
-    )
-    (container,) = pod(dra, ns, "hca")["status"]["containerStatuses"]
-    assert container["restartCount"] == 0, container
+    # The pod's claim (its container names no request of it); the one HCA is FIRST_HCA.
+    health_follows_the_link(dra, ns, "hca", "claim:gpus", lambda _resource_id: FIRST_HCA)
 
 
 @pytest.mark.nodes("dgx")
@@ -496,7 +481,6 @@ def test_a_node_moves_between_device_plugin_and_dra_by_its_label(dra: Cluster, n
     the label removed and the node's devicehost pod restarted, the Node advertises 8 GPUs
     again and the pod runs through the device plugin (no claim made for it); labelled and
     restarted again, the GPUs are in ResourceSlices and the same spec runs from a claim."""
-    spec = pod_manifest("gpu2", {"nvidia.com/gpu": "2"})
     dra.kubectl("label", "node", "dgx", TO_DRA.split("=")[0] + "-")
     restart_devicehost(dra, "dgx")
     wait_for(
@@ -504,11 +488,7 @@ def test_a_node_moves_between_device_plugin_and_dra_by_its_label(dra: Cluster, n
         120,
         "nvidia.com/gpu: 8 through the device plugin",
     )
-    create_pod(dra, ns, spec)
-    wait_running(dra, ns, "gpu2")
-    visible = environment(dra, ns, "gpu2")["NVIDIA_VISIBLE_DEVICES"].split(",")
-    assert len(set(visible)) == 2, visible
-    assert "extendedResourceClaimStatus" not in pod(dra, ns, "gpu2")["status"]
+    assert "extendedResourceClaimStatus" not in two_gpus_run(dra, ns)
     dra.kubectl("-n", ns, "delete", "pod", "gpu2", "--wait=true", "--timeout=60s")
 
     dra.kubectl("label", "node", "dgx", "--overwrite", TO_DRA)
@@ -519,9 +499,6 @@ def test_a_node_moves_between_device_plugin_and_dra_by_its_label(dra: Cluster, n
         120,
         "no GPU advertised by a device plugin",
     )
-    create_pod(dra, ns, spec)
-    wait_running(dra, ns, "gpu2")
-    visible = environment(dra, ns, "gpu2")["NVIDIA_VISIBLE_DEVICES"].split(",")
-    assert len(set(visible)) == 2, visible
+    assert "extendedResourceClaimStatus" in two_gpus_run(dra, ns)
     results = extended_claim(dra, ns, "gpu2")["status"]["allocation"]["devices"]["results"]
     assert [r["driver"] for r in results] == [GPU_DRIVER] * 2, results

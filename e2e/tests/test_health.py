@@ -3,6 +3,8 @@ and comes back when it recovers."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from harness.cluster import Cluster, wait_for
 from harness.pods import create_pod, device_resources, exec_in, pod, pod_manifest, wait_running
@@ -60,27 +62,37 @@ def test_a_running_pods_hca_turns_unhealthy_and_back_in_its_status(
     link goes down: Unhealthy; up again: Healthy, without the pod restarting."""
     create_pod(installed, ns, pod_manifest("hca", {"rdma/hca": "1"}))
     wait_running(installed, ns, "hca")
+    health_follows_the_link(installed, ns, "hca", "rdma/hca", lambda device: device)
+
+
+def health_follows_the_link(
+    cluster: Cluster, ns: str, name: str, status: str, pci_of: Callable[[str], str]
+) -> None:
+    """The pod's one device under ``status`` in its container's allocatedResourcesStatus:
+    Healthy; its link down (``pci_of`` gives its PCI address from the status's resource
+    ID): Unhealthy; up again: Healthy, the pod never restarted."""
     health = wait_for(
-        lambda: allocated_health(installed, ns, "hca", "rdma/hca") or None,
+        lambda: allocated_health(cluster, ns, name, status) or None,
         60,
         "the HCA in the container's allocatedResourcesStatus",
     )
     ((device, first),) = health.items()
     assert first == "Healthy", health
-    devicehost = devicehost_pods(installed)["dgx"]["metadata"]["name"]
-    exec_in(installed, "devicehost", devicehost, SET_LINK.format(device=device, up=False))
+    devicehost = devicehost_pods(cluster)["dgx"]["metadata"]["name"]
+    pci = pci_of(device)
+    exec_in(cluster, "devicehost", devicehost, SET_LINK.format(device=pci, up=False))
     try:
         wait_for(
-            lambda: allocated_health(installed, ns, "hca", "rdma/hca") == {device: "Unhealthy"},
+            lambda: allocated_health(cluster, ns, name, status) == {device: "Unhealthy"},
             90,
             f"{device} Unhealthy in the pod's status",
         )
     finally:
-        exec_in(installed, "devicehost", devicehost, SET_LINK.format(device=device, up=True))
+        exec_in(cluster, "devicehost", devicehost, SET_LINK.format(device=pci, up=True))
     wait_for(
-        lambda: allocated_health(installed, ns, "hca", "rdma/hca") == {device: "Healthy"},
+        lambda: allocated_health(cluster, ns, name, status) == {device: "Healthy"},
         90,
         f"{device} Healthy again in the pod's status",
     )
-    (container,) = pod(installed, ns, "hca")["status"]["containerStatuses"]
+    (container,) = pod(cluster, ns, name)["status"]["containerStatuses"]
     assert container["restartCount"] == 0, container

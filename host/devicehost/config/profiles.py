@@ -91,8 +91,14 @@ def _strings(where: str, value: Any) -> tuple[str, ...]:
 
 
 def _node_label_map(where: str, value: Any) -> dict[str, str]:
-    """A Node's labels as the profile names them: any key, string values (YAML's
-    ``true`` is the label value ``"true"``)."""
+    """A Node's labels as the profile names them: any key, kept whole."""
+    return _label_map(where, value, prefix="")
+
+
+def _label_map(where: str, value: Any, prefix: str = LABEL_PREFIX) -> dict[str, str]:
+    """Label key to value, values as strings (YAML's ``true`` is the label value
+    ``"true"``), ``prefix`` taken off each key (the drivers' labels are matched without
+    it)."""
     if not isinstance(value, dict):
         raise ValueError(f"{where}: expected a mapping of label key to value, got {value!r}")
     labels: dict[str, str] = {}
@@ -101,20 +107,7 @@ def _node_label_map(where: str, value: Any) -> dict[str, str]:
             raw = "true" if raw else "false"
         if not isinstance(key, str) or not key or not isinstance(raw, str | int | float):
             raise ValueError(f"{where}: label {key!r}: expected a string value, got {raw!r}")
-        labels[key] = str(raw)
-    return labels
-
-
-def _label_map(where: str, value: Any) -> dict[str, str]:
-    if not isinstance(value, dict):
-        raise ValueError(f"{where}: expected a mapping of label key to value, got {value!r}")
-    labels: dict[str, str] = {}
-    for key, raw in value.items():
-        if isinstance(raw, bool):
-            raw = "true" if raw else "false"
-        if not isinstance(key, str) or not isinstance(raw, str | int | float):
-            raise ValueError(f"{where}: label {key!r}: expected a string value, got {raw!r}")
-        labels[key.removeprefix(LABEL_PREFIX)] = str(raw)
+        labels[key.removeprefix(prefix) if prefix else key] = str(raw)
     return labels
 
 

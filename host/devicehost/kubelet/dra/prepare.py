@@ -122,6 +122,7 @@ class Preparer:
         fd = self._try_lock()
         if fd is not False:  # else another instance is mid-call: the first call here does it
             try:
+                self.checkpoint.reload()
                 self._remove_orphans()
             finally:
                 _unlock(fd)
