@@ -100,7 +100,7 @@ def test_at_start_the_drivers_labels_choose_the_profile(install, tmp_path):
         metrics_address="",
         node_name="gpu-1",
     )
-    chosen = asyncio.run(for_this_node(base, _probe_labels))
+    chosen = asyncio.run(for_this_node(base, _probe_labels, _node_labels))
     assert chosen.drivers["alpha"]["prefix"] == "b"
     assert chosen.drivers["alpha"]["resources"] == {"test.example/dev": 1}
 

@@ -41,7 +41,7 @@ LabelSource = Callable[[HostConfig], Awaitable[Mapping[str, str]]]
 
 
 async def for_this_node(
-    config: HostConfig, probe: LabelSource, node_labels: LabelSource | None = None
+    config: HostConfig, probe: LabelSource, node_labels: LabelSource
 ) -> HostConfig:
     """The config with this node's profile applied. Facts: the node name; only when some
     profile matches on them, the labels the drivers report under the base settings, asked
@@ -66,12 +66,7 @@ async def for_this_node(
     return chosen
 
 
-async def _node_labels(config: HostConfig, read: LabelSource | None) -> Mapping[str, str]:
-    if read is None:
-        log.error(
-            "node %r: profiles match on nodeLabels, but nothing reads them here", config.node_name
-        )
-        return {}
+async def _node_labels(config: HostConfig, read: LabelSource) -> Mapping[str, str]:
     if not config.node_name:
         log.error(
             "profiles match on nodeLabels, but the node's name is not known (nodeName, "

@@ -62,13 +62,16 @@ class LightkubeApi:
         # claim's read has its own bound. Proxies from the environment are not used.
         self.client = AsyncClient(config, field_manager=FIELD_MANAGER, trust_env=False)
 
-    async def node_uid(self, node: str) -> str:
+    async def _node(self, node: str) -> Any:
         from lightkube.resources.core_v1 import Node
 
         try:
-            found = await self.client.get(Node, node)
+            return await self.client.get(Node, node)
         except Exception as exc:
             raise ApiProblem(_problem(f"reading Node {node}", exc)) from None
+
+    async def node_uid(self, node: str) -> str:
+        found = await self._node(node)
         uid = found.metadata.uid if found.metadata else None
         if not uid:
             raise ApiProblem(f"reading Node {node}: it has no UID")
@@ -76,12 +79,7 @@ class LightkubeApi:
 
     async def node_labels(self, node: str) -> dict[str, str]:
         """The Node's labels (what a profile's ``match.nodeLabels`` compares)."""
-        from lightkube.resources.core_v1 import Node
-
-        try:
-            found = await self.client.get(Node, node)
-        except Exception as exc:
-            raise ApiProblem(_problem(f"reading Node {node}", exc)) from None
+        found = await self._node(node)
         labels = found.metadata.labels if found.metadata else None
         return {str(k): str(v) for k, v in (labels or {}).items()}
 

@@ -67,14 +67,16 @@ def _string(value: str) -> dict[str, Any]:
 
 
 def attributes_and_capacity(
-    facts: DeviceFacts,
+    facts: DeviceFacts, resource: str = ""
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], list[str]]:
-    """The device's ``attributes`` and ``capacity`` as the API spells them, and a note for
-    each fact left out because the API would refuse it."""
+    """The device's ``attributes`` and ``capacity`` as the API spells them (with
+    ``resource``, the one it belongs to), and a note for each fact left out because the
+    API would refuse it."""
     given = facts.attributes
     attributes: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
     strings = {
+        RESOURCE: resource,
         "productName": given.product,
         "model": given.model,
         "chipType": given.chip_type,

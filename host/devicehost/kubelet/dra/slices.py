@@ -17,12 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from devicehost.kubelet.dra.attributes import (
-    MAX_VALUE_LENGTH,
-    RESOURCE,
-    DeviceFacts,
-    attributes_and_capacity,
-)
+from devicehost.kubelet.dra.attributes import DeviceFacts, attributes_and_capacity
 from devicehost.kubelet.dra.naming import device_name, pool_name
 from devicehost.model import Device
 
@@ -85,14 +80,7 @@ def _device_document(
     healthy = entry.device.healthy
     if not healthy and unhealthy is Unhealthy.WITHDRAW:
         return None, []
-    attributes, capacity, notes = attributes_and_capacity(entry.facts)
-    if len(entry.resource) <= MAX_VALUE_LENGTH:
-        attributes[RESOURCE] = {"string": entry.resource}
-    else:
-        notes.append(
-            f"its resource name is longer than {MAX_VALUE_LENGTH} characters: no "
-            f"{RESOURCE} attribute, so no DeviceClass can select it by resource"
-        )
+    attributes, capacity, notes = attributes_and_capacity(entry.facts, entry.resource)
     document: dict[str, Any] = {"name": name}
     if attributes:
         document["attributes"] = attributes
