@@ -33,6 +33,7 @@ FULL = {
     "idle_seconds": 60.0,
     "stops": 10,
     "bound_calls": 2000,
+    "bound_rounds": 3,
     "hostile_calls": 2000,
     "hostile_rounds": 3,
 }
@@ -47,6 +48,7 @@ QUICK = {
     "idle_seconds": 10.0,
     "stops": 3,
     "bound_calls": 300,
+    "bound_rounds": 1,
     "hostile_calls": 300,
     "hostile_rounds": 1,
 }
@@ -84,7 +86,9 @@ def main() -> None:
         "idle_cpu": lambda ws: benchmarks.idle_cpu(ws, n["idle_seconds"]),
         "stop_time": lambda ws: stop_time(ws, int(n["stops"])),
         "worker_liveness": benchmarks.worker_liveness,
-        "memory_bound": lambda ws: benchmarks.memory_bound(ws, int(n["bound_calls"])),
+        "memory_bound": lambda ws: benchmarks.memory_bound(
+            ws, int(n["bound_calls"]), int(n["bound_rounds"])
+        ),
         "hostile_files": lambda ws: hostile_files.hostile_files(
             ws, int(n["hostile_calls"]), int(n["hostile_rounds"])
         ),

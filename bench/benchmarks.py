@@ -741,35 +741,56 @@ def worker_liveness(ws: Workspace) -> dict[str, Any]:
     }
 
 
-def memory_bound(ws: Workspace, count: int) -> dict[str, Any]:
+def memory_bound(ws: Workspace, count: int, rounds: int) -> dict[str, Any]:
     """The host tree inside a 256 MiB memory cgroup (v1) while the flood driver sends the
     largest enumerations the host accepts, back to back: is anything OOM-killed, and how
-    much does a good driver's Allocate p99 move against the same host quiet."""
+    much does a good driver's Allocate p99 move against the same host quiet. ``rounds``
+    fresh hosts, each measured quiet then flooded; the goal holds only in every round."""
     try:
         with memory_cgroup(f"dh-bench-{os.getpid()}") as cgroup:
-            return _memory_bound_in(ws, cgroup, count)
+            results = [_memory_bound_round(ws, cgroup, count, r) for r in range(rounds)]
     except NoMemoryCgroup as exc:
         return {
             "what": "the host tree inside a 256 MiB memory cgroup (v1) under a flood",
             "skipped": str(exc),
             "goals": {},
         }
+    ratios = [r["flooded"]["p99_ms"] / r["quiet"]["p99_ms"] for r in results]
+    never_killed = all(r["host_alive"] and r["cgroup"]["oom_kills"] == 0 for r in results)
+    return {
+        "what": "devicehost (scale driver with 8 devices, flood driver with 10 000 devices "
+        "of ~4.0 MB per enumeration, re-enumerated every 10 ms) inside a 256 MiB memory "
+        f"cgroup; per round a fresh host, {count} Allocates of one scale device quiet (the "
+        "flood driver's interval scans still run), then during the flood",
+        "goal": "never OOM-killed; the good driver's Allocate p99 during the flood <= 2x "
+        "its quiet p99, in every round",
+        "results": {
+            "rounds": results,
+            "flooded_p99_vs_quiet_by_round": [round(r, 3) for r in ratios],
+        },
+        "goals": {
+            "never_oom_killed": {"value": never_killed, "met": never_killed},
+            "flooded_p99_vs_quiet_worst_round": verdict(round(max(ratios), 3), 2.0),
+        },
+    }
 
 
-def _memory_bound_in(ws: Workspace, cgroup: Path, count: int) -> dict[str, Any]:
-    plugin_dir = ws.plugin_dir("bound")
+def _memory_bound_round(ws: Workspace, cgroup: Path, count: int, round_: int) -> dict[str, Any]:
+    plugin_dir = ws.plugin_dir(f"bound-{round_}")
+    root = ws.root / f"bound-{round_}"
+    root.mkdir()
     config = ws.config("drivers:\n  scale:\n    devices: 8\n")
     command = devicehost_command(
-        plugin_dir, "--drivers", "scale,flood", "--root", str(ws.root), "--config", str(config)
+        plugin_dir, "--drivers", "scale,flood", "--root", str(root), "--config", str(config)
     )
     # The host joins the cgroup before it execs, so every process of its tree is inside.
     joined = in_cgroup(cgroup, command)
-    flood = ws.root / "flood"
+    flood = root / "flood"
     with KubeletStandIn(plugin_dir, start=True) as kubelet, running(joined, ws.env()) as host:
         wait_resources(kubelet, 2)
         socket = socket_of(kubelet, SCALE_RESOURCE)
         quiet = summary(allocate_latencies(socket, ["dev-1"], count))
-        scans = ws.root / "flood-scans"
+        scans = root / "flood-scans"
         before = int(scans.read_text())
         flood.touch()
         time.sleep(2.0)  # the flood is under way
@@ -780,24 +801,11 @@ def _memory_bound_in(ws: Workspace, cgroup: Path, count: int) -> dict[str, Any]:
         enumerations = int(scans.read_text()) - before
         alive = host.poll() is None
         figures = cgroup_figures(cgroup)
-    ratio = round(flooded["p99_ms"] / quiet["p99_ms"], 3)
-    never_killed = alive and figures["oom_kills"] == 0
     return {
-        "what": "devicehost (scale driver with 8 devices, flood driver with 10 000 devices "
-        "of ~4.0 MB per enumeration, re-enumerated every 10 ms) inside a 256 MiB memory "
-        f"cgroup; {count} Allocates of one scale device quiet, then during the flood",
-        "goal": "never OOM-killed; the good driver's Allocate p99 during the flood <= 2x "
-        "its quiet p99",
-        "results": {
-            "quiet": quiet,
-            "flooded": flooded,
-            "host_alive": alive,
-            "flood_enumerations": enumerations,
-            "flooded_phase_seconds": round(flood_seconds, 1),
-            "cgroup": figures,
-        },
-        "goals": {
-            "never_oom_killed": {"value": never_killed, "met": never_killed},
-            "flooded_p99_vs_quiet": verdict(ratio, 2.0),
-        },
+        "quiet": quiet,
+        "flooded": flooded,
+        "host_alive": alive,
+        "flood_enumerations": enumerations,
+        "flooded_phase_seconds": round(flood_seconds, 1),
+        "cgroup": figures,
     }

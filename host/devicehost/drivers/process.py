@@ -43,7 +43,7 @@ from devicehost.errors import (
     RequestRefused,
     UnknownDevice,
 )
-from devicehost.system import reaping, supervision
+from devicehost.system import pacing, reaping, supervision
 
 log = logging.getLogger(__name__)
 _NONE: Any = object()  # no volunteered answer
@@ -265,7 +265,7 @@ class WorkerProcess:
                 message = decode(await reader.readexactly(length))
                 if "part" in message:
                     self._take_part(message, length)
-                    await asyncio.sleep(0)  # the next part may be buffered: let others run
+                    await pacing.pause()  # the next part may be buffered: let others run first
                     continue
                 self._dispatch(message)
         except (asyncio.IncompleteReadError, ConnectionError):

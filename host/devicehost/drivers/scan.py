@@ -15,20 +15,18 @@ import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from devicehost.drivers.snapshots import ResourceState
+from devicehost.drivers.snapshots import Comparison, ResourceState
 from devicehost.drivers.supervisor import DriverHandle
 from devicehost.drivers.validation import Enumeration, devices_from_plain
 from devicehost.edits.simulated_paths import devices_on_node
 from devicehost.errors import DriverError, DriverOverLimit
 from devicehost.model import Device
+from devicehost.system.pacing import in_slices
 
 log = logging.getLogger(__name__)
 
 #: what a device whose attributes the API would refuse loses (it is served without them)
 LEFT_OUT = "its attributes left out, the device kept"
-
-#: Devices checked between two yields to the event loop (~1 ms of work each).
-CHECK_SLICE = 200
 
 
 class Scanner:
@@ -116,7 +114,9 @@ class Scanner:
                             problem,
                             outcome,
                         )
-            change = state.update(devices)
+            comparison = Comparison(state.devices)
+            await in_slices(devices, comparison.see)
+            change = state.replace({d.id: d for d in devices}, comparison)
             if change:
                 log.info("resource %r: %s", name, change)
                 if self.on_change:
@@ -124,8 +124,8 @@ class Scanner:
 
     async def _checked(self, raw: object) -> tuple[list[Device], list[str], list[str]]:
         """The devices, why each dropped one was, and why each one kept without its
-        attributes was: a list over ``max_devices`` is refused whole, the rest checked in
-        slices of ``CHECK_SLICE`` with a yield to the event loop between."""
+        attributes was: a list over ``max_devices`` is refused whole, the rest checked
+        ``in_slices``."""
         if not isinstance(raw, list):
             return (*devices_from_plain(self.driver.name, raw, self.allowed_edits), [])
         if len(raw) > self.max_devices:
@@ -136,10 +136,7 @@ class Scanner:
                 "(limits.devicesPerResource)",
             )
         enumeration = Enumeration(self.allowed_edits)
-        for start in range(0, len(raw), CHECK_SLICE):
-            if start:
-                await asyncio.sleep(0)
-            enumeration.add(raw[start : start + CHECK_SLICE])
+        await in_slices(raw, enumeration.add_one)
         return list(enumeration.kept.values()), enumeration.problems, enumeration.left_out
 
     async def run(self) -> None:

@@ -43,24 +43,45 @@ class Diff:
         return "; ".join(parts)
 
 
-def diff(old: Mapping[str, Device], new: Mapping[str, Device]) -> Diff:
-    """The change from ``old`` to ``new`` (both keyed by device ID), in one pass."""
-    added: list[str] = []
-    unhealthy: list[str] = []
-    healthy: list[str] = []
-    for device_id, device in new.items():
-        before = old.get(device_id)
+class Comparison:
+    """A new snapshot against the current one, one device at a time (``see``): the scanner
+    compares a list of thousands in slices with yields between, instead of in one stall."""
+
+    def __init__(self, old: Mapping[str, Device]) -> None:
+        self.old = old
+        self.added: list[str] = []
+        self.unhealthy: list[str] = []
+        self.healthy: list[str] = []
+        #: some device's NUMA nodes changed: the kubelet must get the list again
+        self.topology_changed = False
+        #: some device differs in anything (edits, attributes too): observers must see it
+        self.differs = False
+
+    @classmethod
+    def whole(cls, old: Mapping[str, Device], new: Mapping[str, Device]) -> Comparison:
+        """Every device of ``new`` seen against ``old``, in one go."""
+        comparison = cls(old)
+        for device in new.values():
+            comparison.see(device)
+        return comparison
+
+    def see(self, device: Device) -> None:
+        before = self.old.get(device.id)
         if before is None:
-            added.append(device_id)
-        elif before.health != device.health:
-            (healthy if device.healthy else unhealthy).append(device_id)
-    removed = [i for i in old if i not in new] if len(old) + len(added) != len(new) else []
-    return Diff(tuple(added), tuple(removed), tuple(unhealthy), tuple(healthy))
+            self.added.append(device.id)
+            self.differs = True
+        elif before is not device and before != device:
+            self.differs = True
+            if before.health != device.health:
+                (self.healthy if device.healthy else self.unhealthy).append(device.id)
+            if before.numa_nodes != device.numa_nodes:
+                self.topology_changed = True
 
-
-def same_topology(old: Mapping[str, Device], new: Mapping[str, Device]) -> bool:
-    """True when no device's NUMA nodes changed (health and membership are in ``diff``)."""
-    return all(old[i].numa_nodes == d.numa_nodes for i, d in new.items() if i in old)
+    def diff(self, new: Mapping[str, Device]) -> Diff:
+        """What changed, once every device of ``new`` was seen."""
+        grown = len(self.old) + len(self.added) != len(new)
+        removed = [i for i in self.old if i not in new] if grown else []
+        return Diff(tuple(self.added), tuple(removed), tuple(self.unhealthy), tuple(self.healthy))
 
 
 class ResourceState:
@@ -83,11 +104,18 @@ class ResourceState:
     def update(self, devices: Iterable[Device]) -> Diff:
         """Replace the snapshot; wake streams when anything differs (or on the first call)."""
         new = {d.id: d for d in devices}
-        change = diff(self.devices, new)
+        return self.replace(new, Comparison.whole(self.devices, new))
+
+    def replace(self, new: dict[str, Device], comparison: Comparison) -> Diff:
+        """``update`` with the comparison already made (``Comparison.see`` for every device
+        of ``new``, against this state's current devices)."""
+        if comparison.old is not self.devices:  # replaced while it was being compared
+            comparison = Comparison.whole(self.devices, new)
+        change = comparison.diff(new)
         first = not self.enumerated
         self.enumerated = True
-        listed = change or first or not same_topology(self.devices, new)
-        if listed or new != self.devices:
+        listed = change or first or comparison.topology_changed
+        if listed or comparison.differs:
             # Also when only container edits or attributes changed (a device's nodes
             # renumbered, a pool member unplugged): Allocate must compose from them and
             # ResourceSlices describe them, though ListAndWatch has nothing to send.

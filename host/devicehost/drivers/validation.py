@@ -219,15 +219,18 @@ class Enumeration:
 
     def add(self, items: list[Any]) -> None:
         for item in items:
-            try:
-                device = device_from_plain(item, self._known_edits, self.allowed, self.left_out)
-            except Invalid as exc:
-                self.problems.append(str(exc))
-                continue
-            if device.id in self.kept:
-                self.problems.append(f"device ID {device.id!r} appears more than once")
-                continue
-            self.kept[device.id] = device
+            self.add_one(item)
+
+    def add_one(self, item: Any) -> None:
+        try:
+            device = device_from_plain(item, self._known_edits, self.allowed, self.left_out)
+        except Invalid as exc:
+            self.problems.append(str(exc))
+            return
+        if device.id in self.kept:
+            self.problems.append(f"device ID {device.id!r} appears more than once")
+            return
+        self.kept[device.id] = device
 
 
 def spec_from_plain(data: Any, plugin_dir: Path, allowed: Collection[str] = ()) -> ResourceSpec:

@@ -24,6 +24,7 @@ from devicehost.edits.compose import CompositionClash, PolicyChain, compose
 from devicehost.errors import DriverError, DriverTimeout, RequestRefused, UnknownDevice
 from devicehost.kubelet.deviceplugin.preferred import numa_map, preferred_allocation
 from devicehost.model import NO_EDITS, Allocation, Device, ResourceSpec
+from devicehost.system.pacing import in_slices
 from devicehost.telemetry import tracing
 from devicehost.telemetry.facade import Telemetry
 from devicehost.telemetry.tracing import fail
@@ -185,19 +186,26 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _device_list(self) -> pb.ListAndWatchResponse:
+    async def _device_list(self) -> pb.ListAndWatchResponse:
         """The current list as a message, built once per state version for every stream.
 
         Each device's wire bytes are cached while the device is unchanged, so a change to one
         device of thousands costs one encoding and a parse of the joined bytes, not thousands
-        of message constructions.
+        of message constructions; the devices are looked up and encoded ``in_slices`` (10 000
+        of them take ~35 ms: in one go, a stall of every other RPC).
         """
         version = self.state.version
         if self._list is None or self._list[0] != version:
-            cache = self._encoded
-            self._encoded = {d: cache.get(d) or _encode(d) for d in self.state.devices.values()}
-            message = pb.ListAndWatchResponse.FromString(b"".join(self._encoded.values()))
-            self._list = (version, message)
+            cache, encoded = self._encoded, {}
+
+            def encode(device: Device) -> None:
+                encoded[device] = cache.get(device) or _encode(device)
+
+            await in_slices(list(self.state.devices.values()), encode)
+            message = pb.ListAndWatchResponse.FromString(b"".join(encoded.values()))
+            if self._list is None or self._list[0] < version:
+                self._encoded, self._list = encoded, (version, message)
+            return message
         return self._list[1]
 
     def _numa_map(self) -> dict[str, int]:
@@ -501,7 +509,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         while not self.state.closed:
             if version != self.state.version:
                 version = self.state.version
-                yield self._device_list()
+                yield await self._device_list()
             await self.state.wait_newer(version)
 
     async def Allocate(self, request: pb.AllocateRequest, context: Context) -> pb.AllocateResponse:
