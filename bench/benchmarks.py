@@ -214,6 +214,9 @@ def cold_start(ws: Workspace, runs: int) -> dict[str, Any]:
     cpu: dict[str, list[dict[str, float]]] = {name: [] for name in commands}
     expected: dict[str, int | None] = {name: None for name in commands}
     expected["minimal_plugin"] = 1
+    together: list[float] = []
+    # The minimal plugins' start runs in the same round as devicehost's, so a change in the
+    # machine's load between rounds moves both sides of a round's ratio alike.
     for index in range(runs + 1):
         for name, command in commands.items():
             if name == "devicehost_with_hung_driver":
@@ -226,12 +229,11 @@ def cold_start(ws: Workspace, runs: int) -> dict[str, Any]:
             if index:  # the first run warms the page cache and bytecode for all
                 samples[name].append(elapsed)
                 cpu[name].append(used)
-    together: list[float] = []
-    for index in range(runs + 1):
         plugin_dir = ws.plugin_dir(f"cold-together-{index}")
         elapsed = _minimal_plugins_together_once(ws, plugin_dir, int(expected["devicehost"] or 1))
         if index:
             together.append(elapsed)
+    by_run = [round(d / t, 3) for d, t in zip(samples["devicehost"], together, strict=True)]
     medians = {name: statistics.median(s) for name, s in samples.items()}
     lone_ratio = round(medians["devicehost"] / medians["minimal_plugin"], 3)
     ratio = round(medians["devicehost"] / statistics.median(together), 3)
@@ -259,6 +261,12 @@ def cold_start(ws: Workspace, runs: int) -> dict[str, Any]:
                 "plugins": expected["devicehost"],
                 "median_ms": statistics.median(together),
                 "runs_ms": together,
+            },
+            "devicehost_vs_together_by_run": {
+                "ratios": by_run,
+                "min": min(by_run),
+                "median": statistics.median(by_run),
+                "max": max(by_run),
             },
         },
         "information": {
