@@ -62,6 +62,7 @@ e2e: e2e-build
 	$(E2E_PYTEST) -m "not bench" $(E2E_ARGS)
 
 # Pod-start overhead of a devicehost resource on the same cluster: bench/results/e2e_pod_start.json
+bench-e2e: export DEVICEHOST_E2E_BENCH := 1
 bench-e2e: e2e-build
 	$(E2E_PYTEST) -m bench $(E2E_ARGS)
 

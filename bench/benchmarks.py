@@ -573,9 +573,10 @@ def memory(ws: Workspace, allocations: int) -> dict[str, Any]:
         "results": results,
         "goals": {
             "total_mib": verdict(dh["pss_after_mib"], 100.0),
-            "rss_sum_mib_upper_bound": verdict(dh["after_mib"], 100.0),
             "growth_mib": verdict(dh["growth_mib"], 2.0),
         },
+        # Beside the goal, not a goal: shared pages counted once per process.
+        "information": {"rss_sum_mib_upper_bound": dh["after_mib"]},
         "spans_received": receiver.spans,
     }
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the tier's four OCI images without a Docker engine or a registry, as OCI layouts
+# Build the tier's four OCI images (five for `make bench-e2e`: the DRA benchmark's Go
+# floor) without a Docker engine or a registry, as OCI layouts
 # packed with umoci: the sandbox (pause) image, a busybox test image, devicehost's own
 # image made the way deploy/Dockerfile makes it (Debian's Python, one virtual environment at
 # /opt/devicehost holding the locked wheels and the project's wheels, ENTRYPOINT devicehost),
@@ -131,7 +132,20 @@ devicehost-acme_image() {
   grep -E '^acme +' "$OUT/devicehost-acme.build.log" >&2
 }
 
-for image in pause busybox devicehost devicehost-acme; do
+# The Go floor for the DRA benchmark (bench/dra-floor): one static binary, nothing else.
+# Built for `make bench-e2e` only (DEVICEHOST_E2E_BENCH=1); the Go build cache keeps
+# rebuilds short.
+dra-floor_image() {
+  local root="$work/dra-floor-root"; mkdir -p "$root/tmp"
+  (cd "$repo/bench/dra-floor" && CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local \
+    go build -trimpath -ldflags "-s -w" -o "$root/dra-floor" .)
+  EXTRA_CONFIG=()
+  pack dra-floor e2e "$root" /dra-floor
+}
+
+images=(pause busybox devicehost devicehost-acme)
+[[ ${DEVICEHOST_E2E_BENCH:-} == 1 ]] && images+=(dra-floor)
+for image in "${images[@]}"; do
   t0=$SECONDS
   "${image}_image"
   log "$image.tar ($((SECONDS - t0)) s)"

@@ -606,6 +606,7 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "registration.initialBackoffSeconds": SECONDS,
     "registration.maxBackoffSeconds": SECONDS,
     "registration.rejectedBackoffSeconds": SECONDS,
+    "pluginDirHandoverSeconds": st.one_of(SECONDS, st.sampled_from([0, "0", "0.0"])),
     "podUid": st.sampled_from(["", "1f2e3d4c-0000-4000-8000-000000000001", "-x", "a b", 7]),
     "simulate": st.sampled_from([True, False, "true", "off", "1"]),
     "simulateNode": st.sampled_from(["", "dgx-h100", "atlas-800-9000"]),

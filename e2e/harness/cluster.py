@@ -381,7 +381,11 @@ state = "{c}/state"
             ("devicehost", "docker.io/library/devicehost"),
             # devicehost plus a third-party driver (deploy/examples/extra-driver).
             ("devicehost-acme", "docker.io/library/devicehost-acme"),
+            # the DRA benchmark's Go floor (bench/dra-floor), built for make bench-e2e only
+            ("dra-floor", "docker.io/library/dra-floor"),
         ):
+            if not (self.images / f"{image}.tar").exists():
+                continue
             self._ctr(
                 node.name,
                 "-n",
@@ -450,6 +454,9 @@ state = "{c}/state"
             f"--node-ip={address}",
             *([f"--node-labels={labels}"] if labels else []),
             "--v=2",
+            # Its log lines around each call to a DRA plugin ("Calling/Done calling
+            # NodePrepareResources rpc"): the DRA benchmark times both drivers from them.
+            "--vmodule=dra_plugin=4",
         ]
         self.start_kubelet(node.name)
 

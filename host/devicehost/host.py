@@ -105,6 +105,10 @@ class Host:
             self.cdi = CdiWriter(config.cdi_dir, config.cdi_drivers, self.telemetry.node_file_error)
         self._serving = False
         self._tasks: list[asyncio.Task[None]] = []
+        #: the drivers that have come up and their resources' states, by driver name
+        self._up: dict[str, tuple[DriverHandle, dict[str, ResourceState]]] = {}
+        #: waits for the devicehost this one replaces to let the plugin directory go
+        self.handover: asyncio.Task[None] | None = None
 
     # -- what callers and the kit read ------------------------------------------------------
 
@@ -170,13 +174,45 @@ class Host:
     async def _driver_ready(self, driver: DriverHandle, states: dict[str, ResourceState]) -> None:
         if not self._serving:
             return
+        self._up[driver.name] = (driver, states)
         for name in states:
             if self.table.owned_by(name, driver):  # not contested since
-                self.face.serve(name)
+                self.face.serve(name)  # once the plugin directory is this host's
                 if self.dra is not None:
                     self.dra.serve(name)
         if self.node_labels is not None:
-            await self.node_labels.add(driver, states.values())
+            await self.node_labels.add(driver, states.values(), write=self.face.held)
+
+    async def _take_over(self) -> None:
+        """Wait for the devicehost this one replaces to stop (it lets the plugin directory
+        go last, after removing its sockets and node files), then write the node files and
+        serve every device-plugin resource of the drivers that are up."""
+        seconds = self.config.plugin_dir_handover_seconds
+        await self.face.take_over(seconds)
+        log.info(
+            "the device-plugin directory %s is this host's now: serving its resources",
+            self.config.plugin_dir,
+        )
+        if self.cdi is not None:
+            claims = self.table.claims.values()
+            self.cdi.write_again(
+                (c.spec, c.state.devices) for c in claims if self.cdi.covers(c.driver.name)
+            )
+        for driver, states in list(self._up.values()):
+            for name in states:
+                if self.table.owned_by(name, driver):
+                    self.face.serve(name)
+        if self.node_labels is not None:
+            self.node_labels.write()
+        self._start_node_files()
+
+    def _start_node_files(self) -> None:
+        """Keep the node feature file and the CDI specs current (the plugin directory's
+        holder's job: two hosts would remove each other's)."""
+        if self.node_labels is not None:
+            self._tasks.append(self._supervised("node-labels", self.node_labels.run))
+        if self.cdi is not None:
+            self._tasks.append(self._supervised("cdi-retry", self.cdi.retry_failed))
 
     def _file_errors(self, driver: str, resources: list[str]) -> list[str]:
         return node_file_errors(driver, resources, self.cdi, self.node_labels)
@@ -192,7 +228,8 @@ class Host:
         Returns once every driver has come up, failed or been found unavailable (at most
         ``START_WAIT_SECONDS``): a driver still starting then goes on in the background.
         """
-        self.face.open()
+        handover = self.config.plugin_dir_handover_seconds
+        held = self.face.open(handover=handover > 0)
         descriptors.raise_soft_limit()
         self.status_server = await start_status_server(
             self.config.metrics_address,
@@ -203,10 +240,17 @@ class Host:
         )
         self.face.start(self.running.launched)
         self._serving = True
-        if self.node_labels is not None:
-            self._tasks.append(self._supervised("node-labels", self.node_labels.run))
-        if self.cdi is not None:
-            self._tasks.append(self._supervised("cdi-retry", self.cdi.retry_failed))
+        if held:
+            self._start_node_files()
+        else:
+            log.warning(
+                "another devicehost serves %s (the old pod of a rolling update): serving "
+                "through DRA now, and the device plugins once it has stopped (waiting up "
+                "to %g s)",
+                self.config.plugin_dir,
+                handover,
+            )
+            self.handover = asyncio.create_task(self._take_over(), name="plugin-dir-handover")
         await self.running.launch(START_WAIT_SECONDS)
         count = len(self.resources)
         log.info(
@@ -235,6 +279,8 @@ class Host:
         """End streams, stop servers and remove sockets, and stop every worker (bounded)."""
         self.running.close_streams()
         await asyncio.sleep(STREAM_GRACE_SECONDS)  # let open streams send their end cleanly
+        if self.handover is not None:
+            self._tasks.append(self.handover)
         for task in self._tasks:
             task.cancel()
         driver_tasks, workers = self.running.cancel()
@@ -251,9 +297,10 @@ class Host:
         await self.face.close()
         if self.dra is not None:
             await self.dra.close()
-        if self.node_labels and self._serving:
+        # Before the plugin directory was this host's, the node files are the other's.
+        if self.node_labels and self._serving and self.face.held:
             self.node_labels.close()
-        if self.cdi:
+        if self.cdi and self.face.held:
             self.cdi.remove_all()
         closing = [self.running.finish_stop(workers), self.telemetry.close()]
         if self.status_server:
@@ -301,6 +348,10 @@ async def serve(
         await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if starting.done():
             starting.result()  # a config error at start-up ends the process with its message
+            if host.handover is not None:
+                await asyncio.wait({stopping, host.handover}, return_when=asyncio.FIRST_COMPLETED)
+                if host.handover.done():
+                    host.handover.result()  # the old devicehost never let the directory go
             await stopping
         log.info("stopping")
     finally:

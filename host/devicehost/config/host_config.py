@@ -267,6 +267,7 @@ class HostConfig:
     #: This devicehost pod's UID (the downward API's metadata.uid): DRA sockets named per
     #: pod, so two instances serve during a DaemonSet's surge.
     pod_uid: str = ""
+    plugin_dir_handover_seconds: float = 0.0
     enabled_drivers: tuple[str, ...] | None = None
     disabled_drivers: tuple[str, ...] = ()
     scan_interval: float = 10.0
@@ -394,6 +395,15 @@ SETTINGS: tuple[Setting, ...] = (
         _pod_uid,
         "DEVICEHOST_POD_UID",
         "this pod's UID: DRA sockets named per pod, for rolling updates with surge",
+    ),
+    Setting(
+        "pluginDirHandoverSeconds",
+        "plugin_dir_handover_seconds",
+        _seconds_or_never,
+        "DEVICEHOST_PLUGIN_DIR_HANDOVER_SECONDS",
+        "how long to wait for the devicehost already serving the device-plugin directory "
+        "to stop (a rolling update's old pod), serving DRA and ready meanwhile; 0: refuse "
+        "to start at once",
     ),
     Setting(
         "enabledDrivers",

@@ -423,6 +423,14 @@ class CdiWriter:
             cdi_devices=tuple(dict.fromkeys([*names, *composed.cdi_devices])),
         )
 
+    def write_again(self, resources: Iterable[tuple[ResourceSpec, Mapping[str, Device]]]) -> None:
+        """Write these resources' specs whatever this writer wrote before: the devicehost
+        this one replaces on the node (a rolling update's old pod) removed them as it
+        stopped."""
+        self._written.clear()
+        for spec, devices in resources:
+            self.refresh(spec, devices)
+
     def remove_all(self) -> None:
         """Remove every spec this writer wrote, and write no more (clean shutdown)."""
         self._closed = True

@@ -21,7 +21,7 @@ from devicehost.config.host_config import HostConfig
 from devicehost.drivers.ownership import Claim
 from devicehost.edits.compose import PolicyChain
 from devicehost.kubelet.deviceplugin.checkpoint import CHECKPOINT_FILE
-from devicehost.kubelet.deviceplugin.plugin_dir_lock import PluginDirLock
+from devicehost.kubelet.deviceplugin.plugin_dir_lock import PluginDirInUse, PluginDirLock
 from devicehost.kubelet.deviceplugin.restart_watch import DirectoryWatcher, file_identity
 from devicehost.kubelet.deviceplugin.runner import ResourceRunner
 from devicehost.kubelet.deviceplugin.servicer import DevicePluginServicer
@@ -59,6 +59,8 @@ class DevicePluginFace:
         self.resources: dict[str, Served] = {}
         self.watcher = DirectoryWatcher(config.plugin_dir, on_task_restart=telemetry.task_restarted)
         self.lock = PluginDirLock(config.plugin_dir)
+        #: the plugin directory is this host's: its resources may be served
+        self.held = False
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
 
@@ -95,7 +97,11 @@ class DevicePluginFace:
         return sum(1 for s in self.resources.values() if s.task is None)
 
     def not_registered(self) -> list[str]:
-        """Resources not (yet, or no longer) registered with the kubelet, for /readyz."""
+        """Resources not (yet, or no longer) registered with the kubelet, for /readyz.
+        None while another devicehost holds the directory: the rolling update that
+        replaces it waits for this pod to be ready before it stops the old one."""
+        if not self.held:
+            return []
         return [
             name
             for name, s in self.resources.items()
@@ -104,11 +110,25 @@ class DevicePluginFace:
 
     # -- serving ---------------------------------------------------------------------------
 
-    def open(self) -> None:
-        """Make the plugin directory if missing and lock it (``PluginDirInUse`` when
-        another host serves it)."""
+    def open(self, handover: bool = False) -> bool:
+        """Make the plugin directory if missing and lock it; True when locked. When another
+        host serves it: ``PluginDirInUse``, or with ``handover`` False (``take_over``
+        waits for it)."""
         self.lock.make()
-        self.lock.lock()
+        try:
+            self.lock.lock()
+        except PluginDirInUse:
+            if not handover:
+                raise
+            return False
+        self.held = True
+        return True
+
+    async def take_over(self, seconds: float) -> None:
+        """Lock the directory once the other host lets it go (``PluginDirInUse`` after
+        ``seconds``); ``serve`` serves from then on."""
+        await self.lock.wait_to_lock(seconds)
+        self.held = True
 
     def start(self, launched: asyncio.Event) -> None:
         """The face's long-running tasks: the kubelet-restart count, the lock keeper, and
@@ -129,9 +149,10 @@ class DevicePluginFace:
         return supervision.start(name, run, self.telemetry.task_restarted)
 
     def serve(self, name: str) -> None:
-        """Serve and register ``name`` (once; a runner restarts itself as a unit)."""
+        """Serve and register ``name`` (once; a runner restarts itself as a unit), once the
+        plugin directory is this host's."""
         served = self.resources.get(name)
-        if served is None or served.task is not None:
+        if served is None or served.task is not None or not self.held:
             return
         spec = served.claim.spec
         served.runner = ResourceRunner(

@@ -2,21 +2,27 @@
 locked anew whenever it is re-created.
 
 Two hosts on one directory would delete and re-create each other's sockets. The lock is on
-the directory itself: a lock file in it would be deleted by the kubelet's clean-up.
+the directory itself: a lock file in it would be deleted by the kubelet's clean-up. During
+a rolling update with surge the new pod waits for the old one's lock (``wait_to_lock``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import logging
 import os
+import time
 from pathlib import Path
 
 from devicehost.errors import ConfigError
 from devicehost.kubelet.deviceplugin.restart_watch import DirectoryWatcher
 
 log = logging.getLogger(__name__)
+
+#: How often a waiting host tries the lock again (``wait_to_lock``).
+HANDOVER_POLL_SECONDS = 0.2
 
 
 class PluginDirInUse(ConfigError):
@@ -48,6 +54,26 @@ class PluginDirLock:
             log.error("cannot create the plugin directory %s: %s", directory, exc.strerror)
             return
         log.info("created the plugin directory %s (the kubelet has not made it yet)", directory)
+
+    async def wait_to_lock(self, seconds: float) -> None:
+        """Lock the directory once the devicehost holding it lets it go: the old pod of a
+        rolling update with surge, which releases it as the last step of its stop. Still
+        held after ``seconds``: ``PluginDirInUse``, naming the wait."""
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                self.lock()
+                return
+            except PluginDirInUse:
+                if time.monotonic() >= deadline:
+                    raise PluginDirInUse(
+                        "config",
+                        "pluginDirHandoverSeconds",
+                        f"another devicehost still serves {self.directory} after "
+                        f"{seconds:g} s of waiting for it to stop; stop it, or use another "
+                        "--plugin-dir",
+                    ) from None
+            await asyncio.sleep(HANDOVER_POLL_SECONDS)
 
     def lock(self) -> None:
         """Hold an exclusive lock on the plugin directory itself, so a second host refuses
