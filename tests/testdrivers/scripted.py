@@ -49,6 +49,14 @@ def write_json(path: Path, value: Any) -> None:
     os.replace(tmp, path)
 
 
+def _identity(path: Path) -> tuple[int, int, int]:
+    """What tells one write of ``path`` from the next: the inode too, since each write is a
+    new file renamed over it, and two writes within one tick of the kernel's coarse clock
+    have the same mtime (a health flip and its flip back were missed so, under load)."""
+    stat = path.stat()
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+
 def device_from(data: Mapping[str, Any]) -> Device:
     return Device(
         id=data["id"],
@@ -133,9 +141,9 @@ class Scripted:
         self, resource: str, notify: Callable[[], None], stop: threading.Event
     ) -> None:
         path = self.dir / "devices.json"
-        seen = path.stat().st_mtime_ns
+        seen = _identity(path)
         while not stop.wait(WATCH_POLL_SECONDS):
-            now = path.stat().st_mtime_ns
+            now = _identity(path)
             if now != seen:
                 seen = now
                 notify()
