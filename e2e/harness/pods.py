@@ -54,6 +54,12 @@ def create_pod(cluster: Cluster, namespace: str, manifest: dict[str, Any]) -> No
     cluster.kubectl("-n", namespace, "create", "-f", "-", input=json.dumps(manifest))
 
 
+def create_all(cluster: Cluster, namespace: str, manifests: list[dict[str, Any]]) -> None:
+    """Create every object in one request (a wave of pods starts together)."""
+    items = {"apiVersion": "v1", "kind": "List", "items": manifests}
+    cluster.kubectl("-n", namespace, "create", "-f", "-", input=json.dumps(items))
+
+
 def pod(cluster: Cluster, namespace: str, name: str) -> Any:
     return cluster.get("-n", namespace, "pod", name)
 

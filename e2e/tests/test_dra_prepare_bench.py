@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from harness.cluster import Cluster, wait_for
+from harness.pods import create_all
 from test_dra import GPU_DRIVER, claim_pod, claim_template, dra  # noqa: F401 (fixture)
 from test_pod_start_bench import Watch, percentile
 
@@ -197,14 +198,7 @@ def test_node_prepare_against_the_go_floor(dra: Cluster, ns: str) -> None:  # no
     """Every pod of both drivers runs; each driver's NodePrepareResources times, as the
     kubelet saw them, and their ratio go to the JSON result."""
     objects = floor_objects(ns)
-    dra.kubectl(
-        "-n",
-        ns,
-        "create",
-        "-f",
-        "-",
-        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
-    )
+    create_all(dra, ns, objects)
     try:
         wait_for(
             lambda: (
@@ -229,14 +223,7 @@ def test_node_prepare_against_the_go_floor(dra: Cluster, ns: str) -> None:  # no
             for wave in range(WAVES):
                 names = [f"{kind}-{wave}-{i}" for i in range(WAVE) for kind in ("dh", "floor")]
                 items = [claim_pod(name, name.split("-")[0]) for name in names]
-                dra.kubectl(
-                    "-n",
-                    ns,
-                    "create",
-                    "-f",
-                    "-",
-                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
-                )
+                create_all(dra, ns, items)
                 wait_for(lambda names=names: all(n in watch.running for n in names), 300, "wave")
                 dra.kubectl("-n", ns, "delete", "pods", *names, "--wait=true")
         finally:

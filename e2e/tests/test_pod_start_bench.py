@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from harness.cluster import Cluster, wait_for
-from harness.pods import device_resources, pod_manifest
+from harness.pods import create_all, device_resources, pod_manifest
 
 WAVES = 13
 #: Pods of each kind in a wave (the DGX node's GPUs).
@@ -98,14 +98,7 @@ def one_run(cluster: Cluster, ns: str, run: int) -> dict[str, list[float]]:
             ]
             everyone = [item["metadata"]["name"] for item in items]
             t0 = time.monotonic()
-            cluster.kubectl(
-                "-n",
-                ns,
-                "create",
-                "-f",
-                "-",
-                input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
-            )
+            create_all(cluster, ns, items)
             wait_for(
                 lambda everyone=everyone: all(n in watch.running for n in everyone), 300, "wave"
             )

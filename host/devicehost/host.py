@@ -105,8 +105,6 @@ class Host:
             self.cdi = CdiWriter(config.cdi_dir, config.cdi_drivers, self.telemetry.node_file_error)
         self._serving = False
         self._tasks: list[asyncio.Task[None]] = []
-        #: the drivers that have come up and their resources' states, by driver name
-        self._up: dict[str, tuple[DriverHandle, dict[str, ResourceState]]] = {}
         #: waits for the devicehost this one replaces to let the plugin directory go
         self.handover: asyncio.Task[None] | None = None
 
@@ -174,7 +172,6 @@ class Host:
     async def _driver_ready(self, driver: DriverHandle, states: dict[str, ResourceState]) -> None:
         if not self._serving:
             return
-        self._up[driver.name] = (driver, states)
         for name in states:
             if self.table.owned_by(name, driver):  # not contested since
                 self.face.serve(name)  # once the plugin directory is this host's
@@ -186,7 +183,7 @@ class Host:
     async def _take_over(self) -> None:
         """Wait for the devicehost this one replaces to stop (it lets the plugin directory
         go last, after removing its sockets and node files), then write the node files and
-        serve every device-plugin resource of the drivers that are up."""
+        serve every device-plugin resource whose driver has come up."""
         seconds = self.config.plugin_dir_handover_seconds
         await self.face.take_over(seconds)
         log.info(
@@ -198,10 +195,9 @@ class Host:
             self.cdi.write_again(
                 (c.spec, c.state.devices) for c in claims if self.cdi.covers(c.driver.name)
             )
-        for driver, states in list(self._up.values()):
-            for name in states:
-                if self.table.owned_by(name, driver):
-                    self.face.serve(name)
+        for name, claim in list(self.table.claims.items()):
+            if claim.state.enumerated:  # its driver has come up (serve skips DRA's)
+                self.face.serve(name)
         if self.node_labels is not None:
             self.node_labels.write()
         self._start_node_files()

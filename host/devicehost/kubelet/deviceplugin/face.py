@@ -112,8 +112,8 @@ class DevicePluginFace:
 
     def open(self, handover: bool = False) -> bool:
         """Make the plugin directory if missing and lock it; True when locked. When another
-        host serves it: ``PluginDirInUse``, or with ``handover`` False (``take_over``
-        waits for it)."""
+        host holds it: ``PluginDirInUse`` without ``handover``; with it, False (``take_over``
+        then waits for the other host to let it go)."""
         self.lock.make()
         try:
             self.lock.lock()
