@@ -729,12 +729,19 @@ def test_only_the_second_daemonset_of_the_split_fleet_is_privileged() -> None:
 
 
 @every_kustomization
-def test_rolling_update_never_runs_two_pods_on_a_node(name: str) -> None:
-    """RollingUpdate with maxSurge 0: the old pod's sockets are gone before the new pod serves."""
-    strategy = daemonset(name)["spec"]["updateStrategy"]
-    assert strategy["type"] == "RollingUpdate"
-    assert strategy["rollingUpdate"]["maxSurge"] == 0
-    assert strategy["rollingUpdate"]["maxUnavailable"]
+def test_rolling_update_surges_one_node_at_a_time_and_hands_over(name: str) -> None:
+    """Every DaemonSet starts the new pod beside the old one (maxSurge 1, maxUnavailable 0),
+    with a handover bound so the new pod waits for the old one's device-plugin directory
+    instead of failing, and minReadySeconds 0 so the controller stops the old pod at the
+    new one's Ready (docs/operating.md, "Upgrade")."""
+    for ds in (o for o in rendered(name) if o["kind"] == "DaemonSet"):
+        spec = ds["spec"]
+        assert spec["updateStrategy"]["type"] == "RollingUpdate"
+        assert spec["updateStrategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+        assert spec.get("minReadySeconds", 0) == 0
+        (c,) = (c for c in spec["template"]["spec"]["containers"] if c["name"] == "devicehost")
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert float(env["DEVICEHOST_PLUGIN_DIR_HANDOVER_SECONDS"]) >= 60, ds["metadata"]
 
 
 @every_kustomization

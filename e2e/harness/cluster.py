@@ -259,6 +259,8 @@ class Cluster:
                 f"--service-account-private-key-file={p.sa_key}",
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
+                # What the DaemonSet controller decides during a rolling update.
+                "--vmodule=daemon_controller=4,update=5",
             ],
             netns=self.cp_netns,
         )
@@ -398,6 +400,11 @@ state = "{c}/state"
                 check=True,
             )
         del sock
+
+    def tag_image(self, node: str, source: str, target: str) -> None:
+        """Give an imported image a second name in the node's containerd (a new tag, as a
+        release brings, without a registry)."""
+        self._ctr(node, "-n", "k8s.io", "images", "tag", "--force", source, target, check=True)
 
     def _ctr(self, node: str, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
         sock = self.node_dir(node) / "containerd" / "containerd.sock"

@@ -34,6 +34,8 @@ REPO = E2E.parent
 # DEVICEHOST_E2E_OVERLAY installs another overlay instead: how each scenario was seen
 # failing against a deliberately broken manifest (docs/e2e.md).
 OVERLAY = Path(os.environ.get("DEVICEHOST_E2E_OVERLAY") or E2E / "manifests")
+#: The devicehost image as the base's kustomization names it (deploy/base, images).
+IMAGE = "docker.io/library/devicehost:0.1.0"
 CACHE = Path(
     os.environ.get("DEVICEHOST_E2E_CACHE")
     or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "devicehost-e2e"

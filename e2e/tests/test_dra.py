@@ -29,7 +29,7 @@ from test_allocation import char_devices
 from test_health import FIRST_HCA, SET_LINK, health_follows_the_link
 from test_traces import span_names, traces
 
-from conftest import E2E, OVERLAY, devicehost_pods, rollout, wait_devicehost_ready
+from conftest import E2E, IMAGE, OVERLAY, devicehost_pods, rollout, wait_devicehost_ready
 
 # DEVICEHOST_E2E_DRA_OVERLAY installs another one instead: how each scenario was seen
 # failing against a deliberately broken manifest (docs/e2e.md).
@@ -502,3 +502,74 @@ def test_a_node_moves_between_device_plugin_and_dra_by_its_label(dra: Cluster, n
     assert "extendedResourceClaimStatus" in two_gpus_run(dra, ns)
     results = extended_claim(dra, ns, "gpu2")["status"]["allocation"]["devices"]["results"]
     assert [r["driver"] for r in results] == [GPU_DRIVER] * 2, results
+
+
+#: The tag the rollover scenario rolls to: the same image under a new name, as a release
+#: would bring (the tier has no registry; each node's containerd tags it).
+ROLLED = "docker.io/library/devicehost:0.1.0-rolled"
+
+
+def first_seen(log: str, *parts: str) -> str:
+    """When the kubelet first logged a line with every one of ``parts``: its ``MMDD
+    hh:mm:ss.micro`` prefix, which sorts in time within a year."""
+    for line in log.splitlines():
+        if all(part in line for part in parts):
+            return line[1:21]
+    raise AssertionError(f"the kubelet never logged {parts}")
+
+
+def unprepared(log: str, claim_uid: str) -> list[str]:
+    """The kubelet's lines for NodeUnprepareResources calls that unprepared the claim."""
+    return [
+        line
+        for line in log.splitlines()
+        if '"Done calling NodeUnprepareResources rpc"' in line
+        and f'key:\\"{claim_uid}\\"' in line
+        and line.endswith("err=null")
+    ]
+
+
+@pytest.mark.nodes("dgx")
+def test_a_surge_rollout_keeps_a_held_claim_and_unprepares_it_once(dra: Cluster, ns: str) -> None:
+    """The DaemonSet rolls to a new image tag while pod ``held`` holds a prepared GPU claim
+    and pod ``arriving`` is being created: the new devicehost pod serves beside the old one
+    (maxSurge: 1) on sockets named by its UID and is ready before the old one is stopped,
+    both pods run, and when ``held`` goes its claim is unprepared exactly once, by the new
+    pod."""
+    dra.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(claim_template("one", 1)))
+    create_pod(dra, ns, claim_pod("held", "one"))
+    wait_running(dra, ns, "held")
+    (claim,) = dra.get("-n", ns, "resourceclaims")["items"]
+    old = {node: p["metadata"] for node, p in devicehost_pods(dra).items()}
+    log_path = dra.logs / "dgx-kubelet.log"
+    offset = log_path.stat().st_size
+    for node in dra.nodes:
+        dra.tag_image(node.name, IMAGE, ROLLED)
+    dra.kubectl("-n", "devicehost", "set", "image", "daemonset/devicehost", f"devicehost={ROLLED}")
+    create_pod(dra, ns, claim_pod("arriving", "one"))
+    dra.kubectl("-n", "devicehost", "rollout", "status", "daemonset/devicehost", "--timeout=300s")
+    new = wait_devicehost_ready(dra, [n.name for n in dra.nodes])
+    for node, p in new.items():
+        assert p["metadata"]["uid"] != old[node]["uid"], f"{node} still runs its old pod"
+        assert p["spec"]["containers"][0]["image"] == ROLLED
+    with log_path.open() as log:
+        log.seek(offset)
+        rollout_log = log.read()
+    new_ready = first_seen(
+        rollout_log, 'probe="readiness" status="ready"', new["dgx"]["metadata"]["name"]
+    )
+    old_deleted = first_seen(rollout_log, "SyncLoop DELETE", old["dgx"]["name"])
+    assert new_ready < old_deleted, "the old pod went before the new one was ready"
+    wait_running(dra, ns, "arriving")
+    held = pod(dra, ns, "held")
+    assert held["status"]["phase"] == "Running"
+    assert held["status"]["containerStatuses"][0]["restartCount"] == 0
+    offset = log_path.stat().st_size
+    dra.kubectl("-n", ns, "delete", "pod", "held", "--wait=true", "--timeout=60s")
+    spec = f"k8s.devicehost.io-dra.{GPU_DRIVER}_{claim['metadata']['uid']}.json"
+    wait_for(lambda: spec not in claim_specs(dra), 60, "the held claim's CDI spec removed")
+    with log_path.open() as log:
+        log.seek(offset)
+        calls = unprepared(log.read(), claim["metadata"]["uid"])
+    assert len(calls) == 1, calls
+    assert f"dra-{new['dgx']['metadata']['uid']}.sock" in calls[0], calls[0]
