@@ -281,7 +281,6 @@ def test_deleting_the_pod_unprepares_the_claim_and_removes_its_spec(dra: Cluster
     wait_for(lambda: claim_specs(dra) == [], 60, "the claim's CDI spec removed")
 
 
-@pytest.mark.nodes("dgx")
 def tainted(cluster: Cluster, driver: str) -> list[str]:
     """The devices of ``driver`` on the DGX node that carry devicehost's Unhealthy taint."""
     return [

@@ -240,10 +240,10 @@ class Host:
             self._start_node_files()
         else:
             log.warning(
-                "another devicehost serves %s (the old pod of a rolling update): serving "
-                "through DRA now, and the device plugins once it has stopped (waiting up "
-                "to %g s)",
+                "another devicehost serves %s (the old pod of a rolling update): %sthe "
+                "device plugins once it has stopped (waiting up to %g s)",
                 self.config.plugin_dir,
+                "serving through DRA now, and " if self.dra is not None else "serving ",
                 handover,
             )
             self.handover = asyncio.create_task(self._take_over(), name="plugin-dir-handover")
