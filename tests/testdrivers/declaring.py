@@ -99,9 +99,18 @@ class Declaring:
 
     @hookimpl
     def devicehost_watch(
-        self, resource: str, notify: Callable[[], None], stop: threading.Event
+        self,
+        resource: str,
+        notify: Callable[[], None],
+        stop: threading.Event,
+        enumerated: Callable[[], Sequence[Device]],
     ) -> None:
         seen = self._read()
+        # A change before that baseline but after the last enumeration (this thread may
+        # start late on a loaded machine): compared with what was enumerated, per the
+        # hookspec.
+        if list(self.devicehost_enumerate(resource)) != list(enumerated()):
+            notify()
         while not stop.wait(WATCH_PERIOD_SECONDS):
             now = self._read()
             if now != seen:

@@ -138,10 +138,19 @@ class Scripted:
 
     @hookimpl
     def devicehost_watch(
-        self, resource: str, notify: Callable[[], None], stop: threading.Event
+        self,
+        resource: str,
+        notify: Callable[[], None],
+        stop: threading.Event,
+        enumerated: Callable[[], Sequence[Any]],
     ) -> None:
         path = self.dir / "devices.json"
         seen = _identity(path)
+        # A write after the host's last enumeration but before that baseline is compared
+        # with what was enumerated (the hookspec's advice): a test's first health flip,
+        # made while this thread was still starting on a loaded machine, was missed so.
+        if self._devices().get(resource, []) != list(enumerated()):
+            notify()
         while not stop.wait(WATCH_POLL_SECONDS):
             now = _identity(path)
             if now != seen:

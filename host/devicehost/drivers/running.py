@@ -327,8 +327,9 @@ class RunningDrivers:
         await scanner.scan_once()
         if self.on_ready is not None:
             await self.on_ready(handle, states)
-        # A change between the first snapshot and the watch's own baseline would be missed:
-        # the worker notifies once as each watch starts, and the scan that follows sees it.
+        # A change between the first snapshot and the watch's start would be missed: the
+        # worker notifies once as each watch starts, and the scan that follows sees it (a
+        # watch compares later looks with ``enumerated()``, so its own start is covered).
         process.start_watches(list(states))
         task = self._supervised(f"scan-{name}", scanner.run)
         self._scan_tasks[name] = task

@@ -260,7 +260,8 @@ class Worker:
 
     def _watch(self, resource: str) -> None:
         # The host enumerates once more as each watch starts, so a change between its first
-        # snapshot and the watch's own baseline is never missed.
+        # snapshot and this notify is never missed; one after it but before the watch's own
+        # baseline is caught only by a watch that compares with ``enumerated()`` (hookspec).
         self.send({"notify": resource})
         delay = 1.0
         while not self._stop.is_set():
