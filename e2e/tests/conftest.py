@@ -93,14 +93,38 @@ def wait_devicehost_ready(cluster: Cluster, nodes: list[str], timeout: float = 2
     return wait_for(ready, timeout, f"devicehost Ready on {', '.join(nodes)}", every=1)
 
 
+#: Asked in devicehost's container: exits 0 once /readyz answers 200.
+READYZ = (
+    'python3 -c "import urllib.request; '
+    "urllib.request.urlopen('http://127.0.0.1:9400/readyz', timeout=2)\""
+)
+
+
+def serving_everything(cluster: Cluster, node: str) -> bool:
+    """Whether the node's devicehost answers /readyz with 200 now. A new pod that took the
+    device-plugin directory over in a surge rollout registers its resources within a
+    second of the old pod's stop, but its Ready condition is the kubelet's probe of up to
+    10 s before."""
+    pod = devicehost_pods(cluster)[node]["metadata"]["name"]
+    argv = ["-n", "devicehost", "exec", pod, "--", "/bin/sh", "-c", READYZ]
+    return cluster.kubectl(*argv, check=False).returncode == 0
+
+
 def rollout(cluster: Cluster, overlay: Path) -> None:
     """Apply ``overlay`` over the running install and wait until every node's new
-    devicehost pod is Ready (a module that switches the install switches it back)."""
+    devicehost pod is Ready and serving every resource (a module that switches the install
+    switches it back)."""
     cluster.kubectl("apply", "-k", str(overlay))
     cluster.kubectl(
         "-n", "devicehost", "rollout", "status", "daemonset/devicehost", "--timeout=300s"
     )
     wait_devicehost_ready(cluster, [n.name for n in cluster.nodes])
+    for node in cluster.nodes:
+        wait_for(
+            lambda node=node: serving_everything(cluster, node.name),
+            60,
+            f"devicehost on {node.name} serving every resource (/readyz)",
+        )
 
 
 @pytest.fixture(scope="session")

@@ -91,6 +91,14 @@ def dra(installed: Cluster) -> Iterator[Cluster]:
     label_nodes(installed, TO_DRA)
     rollout(installed, DRA_OVERLAY)
     wait_for(lambda: len(devices(installed, GPU_DRIVER)) == 8, 60, "8 GPUs in ResourceSlices")
+    # The new pod publishes its slices beside the old one (surge); the old pod's device
+    # plugin goes once the new pod is ready, and the kubelet reports it at its next node
+    # status update.
+    wait_for(
+        lambda: "nvidia.com/gpu" not in device_resources(installed, "dgx"),
+        60,
+        "nvidia.com/gpu no longer advertised through the device plugin",
+    )
     # Kept with the run's logs: docs/dra.md shows it.
     selector = f"spec.nodeName=dgx,spec.driver={GPU_DRIVER}"
     published = installed.kubectl(
