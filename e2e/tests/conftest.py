@@ -110,21 +110,27 @@ def serving_everything(cluster: Cluster, node: str) -> bool:
     return cluster.kubectl(*argv, check=False).returncode == 0
 
 
-def rollout(cluster: Cluster, overlay: Path) -> None:
-    """Apply ``overlay`` over the running install and wait until every node's new
-    devicehost pod is Ready and serving every resource (a module that switches the install
-    switches it back)."""
-    cluster.kubectl("apply", "-k", str(overlay))
+def wait_rolled_out(cluster: Cluster) -> dict:
+    """Wait until the DaemonSet's rollout is done and every node's new devicehost pod is
+    Ready and serving every resource; the pods, by node."""
     cluster.kubectl(
         "-n", "devicehost", "rollout", "status", "daemonset/devicehost", "--timeout=300s"
     )
-    wait_devicehost_ready(cluster, [n.name for n in cluster.nodes])
+    pods = wait_devicehost_ready(cluster, [n.name for n in cluster.nodes])
     for node in cluster.nodes:
         wait_for(
             lambda node=node: serving_everything(cluster, node.name),
             60,
             f"devicehost on {node.name} serving every resource (/readyz)",
         )
+    return pods
+
+
+def rollout(cluster: Cluster, overlay: Path) -> None:
+    """Apply ``overlay`` over the running install and wait until it is rolled out (a
+    module that switches the install switches it back)."""
+    cluster.kubectl("apply", "-k", str(overlay))
+    wait_rolled_out(cluster)
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,15 @@ from test_allocation import char_devices
 from test_health import FIRST_HCA, SET_LINK, health_follows_the_link
 from test_traces import span_names, traces
 
-from conftest import E2E, IMAGE, OVERLAY, devicehost_pods, rollout, wait_devicehost_ready
+from conftest import (
+    E2E,
+    IMAGE,
+    OVERLAY,
+    devicehost_pods,
+    rollout,
+    wait_devicehost_ready,
+    wait_rolled_out,
+)
 
 # DEVICEHOST_E2E_DRA_OVERLAY installs another one instead: how each scenario was seen
 # failing against a deliberately broken manifest (docs/e2e.md).
@@ -554,8 +562,7 @@ def test_a_surge_rollout_keeps_a_held_claim_and_unprepares_it_once(dra: Cluster,
         dra.tag_image(node.name, IMAGE, ROLLED)
     dra.kubectl("-n", "devicehost", "set", "image", "daemonset/devicehost", f"devicehost={ROLLED}")
     create_pod(dra, ns, claim_pod("arriving", "one"))
-    dra.kubectl("-n", "devicehost", "rollout", "status", "daemonset/devicehost", "--timeout=300s")
-    new = wait_devicehost_ready(dra, [n.name for n in dra.nodes])
+    new = wait_rolled_out(dra)
     for node, p in new.items():
         assert p["metadata"]["uid"] != old[node]["uid"], f"{node} still runs its old pod"
         assert p["spec"]["containers"][0]["image"] == ROLLED
